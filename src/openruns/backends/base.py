@@ -1,0 +1,36 @@
+"""What a backend does: the run's lifecycle at one destination (server, directory, nowhere)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..spec import RunStatus
+from ..upload.pipeline import Sink, Stats
+
+__all__ = ["Backend"]
+
+
+class Backend(Protocol):
+    url: str | None
+
+    def make_sink(self) -> Sink | None:
+        """A sink for this process's records (called again in a forked child); None: discard."""
+        ...
+
+    def update(self, summary: dict[str, Any]) -> None:
+        """Publish the summary so far (owner only)."""
+        ...
+
+    def finalize(
+        self,
+        status: RunStatus,
+        error: str | None,
+        summary: dict[str, Any],
+        losses: dict[str, Any],
+    ) -> None:
+        """Close the run with a terminal status (owner only)."""
+        ...
+
+    def close_writer(self, writer_id: str | None, stats: Stats, dropped: int) -> None:
+        """Record what this process wrote and lost (owner and attached)."""
+        ...

@@ -1,0 +1,28 @@
+"""Disabled runs: every call is accepted and discarded; nothing leaves the process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..spec import RunStatus
+from ..upload.pipeline import Stats
+
+__all__ = ["DisabledBackend"]
+
+
+class DisabledBackend:
+    url: str | None = None
+
+    def make_sink(self) -> None:
+        return None
+
+    def update(self, summary: dict[str, Any]) -> None:
+        pass
+
+    def finalize(
+        self, status: RunStatus, error: str | None, summary: dict[str, Any], losses: dict[str, Any]
+    ) -> None:
+        pass
+
+    def close_writer(self, writer_id: str | None, stats: Stats, dropped: int) -> None:
+        pass

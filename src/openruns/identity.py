@@ -1,0 +1,105 @@
+"""
+Run identity across processes.
+
+The process that creates a run exports its id with its own pid. Another process (a forked or
+spawned child, a launched component) that finds an id exported by a *different* pid attaches to
+that run; the exporting process itself, calling init() again, opens a new run. A launcher that
+owns a run from outside (`openruns run`) exports the id with its own pid, so every child attaches.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+
+__all__ = [
+    "RUN_DIR_ENV",
+    "RUN_ID_ENV",
+    "RUN_KIND_ENV",
+    "RUN_PID_ENV",
+    "InheritedRun",
+    "export_run",
+    "inherited_run",
+    "new_run_id",
+    "nonzero_rank",
+    "unexport_run",
+]
+
+RUN_ID_ENV = "OPENRUNS_RUN_ID"
+RUN_PID_ENV = "OPENRUNS_RUN_PID"
+RUN_KIND_ENV = "OPENRUNS_RUN_KIND"
+RUN_DIR_ENV = "OPENRUNS_RUN_DIR"
+# Exported beside OPENRUNS_RUN_ID for code written against prime-rl's convention
+# (`init(id=os.environ["RUN_ID"])`); never read, because other tools set RUN_ID too.
+COMPAT_RUN_ID_ENV = "RUN_ID"
+
+_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
+
+
+def new_run_id() -> str:
+    """24 characters: 48 bits of milliseconds then 72 random bits, so ids sort by creation."""
+    value = (int(time.time() * 1000) & (2**48 - 1)) << 72 | secrets.randbits(72)
+    chars = []
+    for _ in range(24):
+        value, digit = divmod(value, 32)
+        chars.append(_ALPHABET[digit])
+    return "".join(reversed(chars))
+
+
+@dataclass(frozen=True)
+class InheritedRun:
+    id: str
+    kind: str | None
+    run_dir: str | None
+
+
+def inherited_run(environ: Mapping[str, str] | None = None) -> InheritedRun | None:
+    """The run exported by another process, or None (nothing exported, or exported by us)."""
+    env = os.environ if environ is None else environ
+    run_id = env.get(RUN_ID_ENV)
+    if not run_id:
+        return None
+    if env.get(RUN_PID_ENV) == str(os.getpid()):
+        return None
+    return InheritedRun(run_id, env.get(RUN_KIND_ENV) or None, env.get(RUN_DIR_ENV) or None)
+
+
+def export_run(
+    run_id: str,
+    kind: str,
+    run_dir: str | None,
+    environ: MutableMapping[str, str] | None = None,
+) -> None:
+    env = os.environ if environ is None else environ
+    env[RUN_ID_ENV] = run_id
+    env[COMPAT_RUN_ID_ENV] = run_id
+    env[RUN_PID_ENV] = str(os.getpid())
+    env[RUN_KIND_ENV] = kind
+    if run_dir is None:
+        env.pop(RUN_DIR_ENV, None)
+    else:
+        env[RUN_DIR_ENV] = run_dir
+
+
+def unexport_run(run_id: str, environ: MutableMapping[str, str] | None = None) -> None:
+    """Stop advertising `run_id`, if it is still the exported run."""
+    env = os.environ if environ is None else environ
+    if env.get(RUN_ID_ENV) != run_id:
+        return
+    for name in (RUN_ID_ENV, RUN_PID_ENV, RUN_KIND_ENV, RUN_DIR_ENV):
+        env.pop(name, None)
+    if env.get(COMPAT_RUN_ID_ENV) == run_id:
+        env.pop(COMPAT_RUN_ID_ENV, None)
+
+
+def nonzero_rank(environ: Mapping[str, str] | None = None) -> str | None:
+    """`RANK=3` or `LOCAL_RANK=1` (any non-zero rank) names this process's rank, else None."""
+    env = os.environ if environ is None else environ
+    for name in ("RANK", "LOCAL_RANK"):
+        value = env.get(name, "").strip()
+        if value and value != "0":
+            return f"{name}={value}"
+    return None

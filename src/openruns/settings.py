@@ -1,0 +1,126 @@
+"""
+Settings, resolved once at init(): argument, then `OPENRUNS_*` environment, then config file,
+then default.
+
+The config file is TOML: `$OPENRUNS_CONFIG_FILE`, else `$XDG_CONFIG_HOME/openruns/config.toml`
+(`~/.config/openruns/config.toml`). Its keys are the field names below.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from .errors import ConfigurationError
+
+__all__ = ["Mode", "OnError", "Settings", "config_file_path"]
+
+Mode = Literal["online", "offline", "disabled"]
+OnError = Literal["warn", "raise"]
+
+_MODES = ("online", "offline", "disabled")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """
+    Every setting openruns reads. Each field has the environment variable `OPENRUNS_<NAME>`.
+
+    - `mode`: online | offline | disabled. Default: online when `base_url` is set, else offline.
+    - `base_url`: the openruns server, e.g. http://127.0.0.1:8765.
+    - `api_key`: a team API key or a per-run token.
+    - `team_id`: the team a new run belongs to (servers with auth know it from the key).
+    - `dir`: where offline runs and upload spools are written. Default `./openruns`.
+    - `on_error`: warn (log upload failures, never raise) | raise (re-raise the first failure
+      from the next flush() or at the end of finish()).
+    - `finish_timeout`: seconds finish() may spend draining uploads. Default 300.
+    - `max_queued_records`: records (episodes, traces, metric rows) a run holds in memory before
+      log_* calls start dropping and counting. Default 65536.
+    """
+
+    mode: Mode = "offline"
+    base_url: str | None = None
+    api_key: str | None = None
+    team_id: str | None = None
+    dir: str = "openruns"
+    on_error: OnError = "warn"
+    finish_timeout: float = 300.0
+    max_queued_records: int = 65536
+
+    @classmethod
+    def resolve(
+        cls,
+        arguments: Mapping[str, Any],
+        environ: Mapping[str, str] | None = None,
+        config_file: Path | None = None,
+    ) -> Settings:
+        """Resolve from `arguments` (None means not given), environment, config file, defaults."""
+        env = os.environ if environ is None else environ
+        file_values = _read_config_file(config_file or config_file_path(env))
+        known = {f.name for f in fields(cls)}
+        unknown = set(file_values) - known
+        if unknown:
+            raise ConfigurationError(
+                f"config file {config_file_path(env)}: unknown keys {sorted(unknown)}; "
+                f"known keys are {sorted(known)}"
+            )
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            given = arguments.get(f.name)
+            env_value = env.get(f"OPENRUNS_{f.name.upper()}")
+            if given is not None:
+                values[f.name] = given
+            elif env_value not in (None, ""):
+                values[f.name] = env_value
+            elif f.name in file_values:
+                values[f.name] = file_values[f.name]
+        if "mode" not in values:
+            values["mode"] = "online" if values.get("base_url") else "offline"
+        return cls(**_validated(values))
+
+
+def config_file_path(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    if env.get("OPENRUNS_CONFIG_FILE"):
+        return Path(env["OPENRUNS_CONFIG_FILE"])
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "openruns" / "config.toml"
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        return {}
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigurationError(f"config file {path}: {exc}") from exc
+
+
+def _validated(values: dict[str, Any]) -> dict[str, Any]:
+    mode = str(values["mode"]).strip().lower()
+    if mode not in _MODES:
+        raise ConfigurationError(f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
+    values["mode"] = mode
+    if "on_error" in values:
+        on_error = str(values["on_error"]).strip().lower()
+        if on_error not in ("warn", "raise"):
+            raise ConfigurationError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
+        values["on_error"] = on_error
+    if values.get("base_url"):
+        values["base_url"] = str(values["base_url"]).rstrip("/").removesuffix("/api/v1")
+    for name, kind in (("finish_timeout", float), ("max_queued_records", int)):
+        if name in values:
+            try:
+                values[name] = kind(values[name])
+            except (TypeError, ValueError) as exc:
+                raise ConfigurationError(f"{name} must be a number, got {values[name]!r}") from exc
+            if values[name] < 0 or (name == "max_queued_records" and values[name] == 0):
+                raise ConfigurationError(f"{name} must be positive, got {values[name]!r}")
+    if "dir" in values:
+        values["dir"] = os.fspath(values["dir"])
+    return values

@@ -1,0 +1,140 @@
+"""Value types of the public API: run status and kind, the training spec, the config source."""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from .errors import ConfigurationError
+
+__all__ = [
+    "MAX_CONFIG_SOURCE_BYTES",
+    "ConfigSource",
+    "RunKind",
+    "RunStatus",
+    "TrainingSpec",
+]
+
+RunKind = Literal["eval", "train"]
+
+# A config is the file a job was launched with, shown on the run page; 256 KiB is far beyond a
+# real launch config and keeps run metadata a small row.
+MAX_CONFIG_SOURCE_BYTES = 256 * 1024
+
+_FORMAT_BY_SUFFIX = {".toml": "toml", ".json": "json", ".yaml": "yaml", ".yml": "yaml"}
+_FORMATS = ("toml", "json", "yaml", "text")
+
+
+class RunStatus(str, enum.Enum):
+    """Where a run is in its life. Every status but RUNNING is terminal."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    CRASHED = "crashed"
+
+    def is_terminal(self) -> bool:
+        return self is not RunStatus.RUNNING
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    """Shape of a training run, shown on its page. `max_steps=0` means unknown."""
+
+    max_steps: int = 0
+    batch_size: int | None = None
+    rollouts_per_example: int | None = None
+    seq_len: int | None = None
+    wandb_project: str | None = None
+    wandb_entity: str | None = None
+    wandb_run_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_steps, int) or self.max_steps < 0:
+            raise ValueError(f"TrainingSpec.max_steps must be an int >= 0, got {self.max_steps!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """
+    The config a run was launched with, kept byte-for-byte with its format.
+
+    `ConfigSource.from_file("eval.toml")` reads the file (UTF-8, at most 256 KiB);
+    `ConfigSource.from_mapping({...})` stores a mapping as JSON text.
+    """
+
+    text: str
+    format: str = "toml"
+    filename: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.format not in _FORMATS:
+            raise ConfigurationError(
+                f"config format must be one of {', '.join(_FORMATS)}, got {self.format!r}"
+            )
+        size = len(self.text.encode("utf-8"))
+        if size > MAX_CONFIG_SOURCE_BYTES:
+            raise ConfigurationError(
+                f"config is {size} bytes; at most {MAX_CONFIG_SOURCE_BYTES} bytes are stored"
+            )
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> ConfigSource:
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+        except OSError as exc:
+            raise ConfigurationError(f"config: cannot read {str(p)!r}: {exc.strerror}") from exc
+        if len(data) > MAX_CONFIG_SOURCE_BYTES:
+            raise ConfigurationError(
+                f"config: {str(p)!r} is {len(data)} bytes; "
+                f"at most {MAX_CONFIG_SOURCE_BYTES} bytes are stored"
+            )
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigurationError(f"config: {str(p)!r} is not UTF-8 text") from exc
+        fmt = _FORMAT_BY_SUFFIX.get(p.suffix.lower(), "text")
+        return cls(text=text, format=fmt, filename=p.name)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> ConfigSource:
+        try:
+            text = orjson.dumps(
+                values, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
+            ).decode()
+        except TypeError as exc:
+            raise ConfigurationError(f"config mapping is not JSON-serialisable: {exc}") from exc
+        return cls(text=text, format="json")
+
+    @classmethod
+    def coerce(cls, value: Any) -> ConfigSource | None:
+        """Accept a path, a ConfigSource, a mapping or None (the `config=` argument of init)."""
+        if value is None or isinstance(value, ConfigSource):
+            return value
+        if isinstance(value, (str, os.PathLike)):
+            return cls.from_file(value)
+        if isinstance(value, Mapping):
+            return cls.from_mapping(value)
+        raise ConfigurationError(
+            f"config must be a path, a ConfigSource or a mapping, got {type(value).__name__}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"format": self.format, "text": self.text}
+        if self.filename is not None:
+            out["filename"] = self.filename
+        return out
