@@ -2,15 +2,15 @@
 Every exception openruns raises, grouped by cause.
 
     OpenrunsError
-    ├── ConfigurationError      bad arguments or settings; raised by init() before any work starts
-    ├── RunFinishedError        a log_* / update_summary call on a run that is finished or finishing
-    └── APIError                the server answered with an error status (message, status_code, code)
-        ├── BadRequestError         400 / 413 / 415 / 422: this request is wrong; replaying it cannot help
+    ├── ConfigurationError      bad arguments or settings (init() raises it before any work)
+    ├── RunFinishedError        log_* / update_summary on a run that is finished or finishing
+    └── APIError                an error status from the server (message, status_code, code)
+        ├── BadRequestError         400/413/415/422: the request is wrong; a replay cannot help
         ├── UnauthorizedError       401
         ├── ForbiddenError          403
         ├── NotFoundError           404
         ├── ConflictError           409
-        ├── RetryableAPIError       429 / 502 / 503 / 504 (retry_after in seconds when the server said)
+        ├── RetryableAPIError       429/502/503/504 (retry_after: seconds, when the server said)
         └── TransportError          no HTTP status: connect error, reset, timeout
             └── APITimeoutError
 

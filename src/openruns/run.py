@@ -276,7 +276,10 @@ class Run:
                 ),
             )
         if owner:
-            losses = {"dropped_records": self.dropped_records, "failed_records": self.failed_records}
+            losses = {
+                "dropped_records": self.dropped_records,
+                "failed_records": self.failed_records,
+            }
             self._contain(
                 "finalizing the run",
                 lambda: self._backend.finalize(self._status, self._error, self.summary, losses),
@@ -356,4 +359,3 @@ def _describe(error: str | BaseException) -> str:
     if isinstance(error, BaseException):
         return f"{type(error).__name__}: {error}"
     return str(error)
-

@@ -31,7 +31,7 @@ _FORMAT_BY_SUFFIX = {".toml": "toml", ".json": "json", ".yaml": "yaml", ".yml": 
 _FORMATS = ("toml", "json", "yaml", "text")
 
 
-class RunStatus(str, enum.Enum):
+class RunStatus(enum.StrEnum):
     """Where a run is in its life. Every status but RUNNING is terminal."""
 
     RUNNING = "running"
@@ -42,9 +42,6 @@ class RunStatus(str, enum.Enum):
 
     def is_terminal(self) -> bool:
         return self is not RunStatus.RUNNING
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,43 @@
+"""The `openruns` command. Each subcommand lives in its own module and is imported on use."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["main"]
+
+# name -> (module, help). Each module has `add_arguments(parser)` and `run(args) -> int`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("openruns.demo", "stream a simulated RL run and an eval (offline or into a server)"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="openruns", description="openruns: a run tracker")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        command.set_defaults(_module=module)
+        _module(module).add_arguments(command)
+    args = parser.parse_args(argv)
+    try:
+        return int(_module(args._module).run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _module(name: str):  # type: ignore[no-untyped-def]
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        missing = exc.name or "a dependency"
+        sys.exit(
+            f"openruns: this command needs {missing}, which is not installed; "
+            "install the server extra: pip install 'openruns[server]'"
+        )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
