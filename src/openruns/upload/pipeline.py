@@ -221,8 +221,11 @@ class Pipeline:
     def _add_record(self, builder: BatchBuilder, record: Any, step: int | None) -> None:
         try:
             mapping = stamp_run(to_mapping(record), self._run_id, self._run_type)
-            line = encode_record(mapping)
             row = index_fields(mapping, step)
+            if row["step"] is not None and index_fields(mapping, None)["step"] is None:
+                # The step came from the log call: write it down, so the line alone says it.
+                mapping["step"] = row["step"]
+            line = encode_record(mapping)
         except Exception as exc:
             self.stats.count_failed("encode", 1, exc, f"encoding a {builder.stream[:-1]}")
             return
