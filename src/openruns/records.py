@@ -21,6 +21,7 @@ __all__ = [
     "flatten_metrics",
     "index_fields",
     "is_episode",
+    "record_step",
     "stamp_run",
     "to_mapping",
 ]
@@ -97,7 +98,7 @@ def index_fields(record: Mapping[str, Any], fallback_step: int | None) -> dict[s
     ok = record.get("ok")
     return {
         "id": str(record.get("id", "")),
-        "step": _record_step(record, fallback_step),
+        "step": record_step(record, fallback_step),
         "reward": reward,
         "env": _env_name(record.get("env")),
         "ok": ok if isinstance(ok, bool) else None,
@@ -193,7 +194,8 @@ def _trace_reward(trace: Mapping[str, Any]) -> float | None:
     return total if seen else None
 
 
-def _record_step(record: Mapping[str, Any], fallback: int | None) -> int | None:
+def record_step(record: Mapping[str, Any], fallback: int | None) -> int | None:
+    """`run.work.step`, else a top-level `step`, else `fallback`."""
     run = record.get("run")
     if isinstance(run, Mapping):
         work = run.get("work")

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..records import flatten_metrics, index_fields, stamp_run, to_mapping
+from ..records import flatten_metrics, index_fields, record_step, stamp_run, to_mapping
 from . import fork
 from .encoder import Batch, BatchBuilder, encode_metrics_row, encode_record
 from .queue import Item, RecordQueue
@@ -221,10 +221,10 @@ class Pipeline:
     def _add_record(self, builder: BatchBuilder, record: Any, step: int | None) -> None:
         try:
             mapping = stamp_run(to_mapping(record), self._run_id, self._run_type)
-            row = index_fields(mapping, step)
-            if row["step"] is not None and index_fields(mapping, None)["step"] is None:
+            if step is not None and record_step(mapping, None) is None:
                 # The step came from the log call: write it down, so the line alone says it.
-                mapping["step"] = row["step"]
+                mapping["step"] = step
+            row = index_fields(mapping, None)
             line = encode_record(mapping)
         except Exception as exc:
             self.stats.count_failed("encode", 1, exc, f"encoding a {builder.stream[:-1]}")
