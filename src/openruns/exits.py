@@ -16,6 +16,7 @@ A forked child inherits all of this; its runs are attached, so each of these onl
 from __future__ import annotations
 
 import atexit
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -118,14 +119,22 @@ def _chain_excepthook() -> None:
 
 
 def _after_fork_in_child() -> None:
-    # multiprocessing's fork children leave through os._exit, after running its finalizers but
-    # not atexit: flush their runs from a finalizer instead.
     global _lock
     _lock = threading.RLock()
-    mp_util = sys.modules.get("multiprocessing.util")
-    if mp_util is not None:
-        mp_util.Finalize(None, _at_exit, exitpriority=100)
 
 
+def _flush_at_multiprocessing_exit(_: object) -> None:
+    # multiprocessing's fork children leave through os._exit after running its finalizers, not
+    # atexit; they clear the finalizers inherited from the parent, then call the after-fork
+    # hooks, so the finalizer is registered from such a hook.
+    multiprocessing.util.Finalize(None, _at_exit, exitpriority=100)
+
+
+class _Hook:
+    """Something weakly referenceable that lives as long as this module."""
+
+
+_hook = _Hook()
+multiprocessing.util.register_after_fork(_hook, _flush_at_multiprocessing_exit)
 # The module itself is the fork-aware object (modules are weakly referenceable and live forever).
 fork.register(sys.modules[__name__])

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+_RUN_ENV = (
+    "OPENRUNS_RUN_ID",
+    "OPENRUNS_RUN_PID",
+    "OPENRUNS_RUN_KIND",
+    "OPENRUNS_RUN_DIR",
+    "RUN_ID",
+)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(tmp_path, monkeypatch):
+    """No user config, no inherited run, no OPENRUNS_* settings from the developer's shell."""
+    for name in list(os.environ):
+        if name.startswith("OPENRUNS_") or name in ("RUN_ID", "RANK", "LOCAL_RANK"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("OPENRUNS_CONFIG_FILE", str(tmp_path / "no-config.toml"))
+    yield
+    # init() exports the run it creates straight into os.environ; undo what a test left behind.
+    for name in _RUN_ENV:
+        os.environ.pop(name, None)

@@ -1,0 +1,200 @@
+"""Every way a process can end, in a real interpreter, and the status its run gets."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from .helpers import only_run_dir, python, run_json, spawn
+
+OPEN = """
+import openruns
+run = openruns.init(kind="train", model="m", mode="offline")
+run.log_metrics({"x": 1}, step=0)
+"""
+
+
+def _status(tmp_path):
+    doc = run_json(only_run_dir(tmp_path / "openruns"))
+    return doc["status"], doc["error"]
+
+
+def test_with_block_clean_exit_completes(tmp_path):
+    proc = python(OPEN + "with run:\n    run.log_metrics({'x': 2}, step=1)\n", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert _status(tmp_path) == ("completed", None)
+
+
+def test_with_block_exception_fails_and_propagates(tmp_path):
+    proc = python(OPEN + "with run:\n    raise ValueError('bad batch')\n", tmp_path)
+    assert proc.returncode == 1
+    assert "ValueError: bad batch" in proc.stderr  # the exception still reached the caller
+    assert _status(tmp_path) == ("failed", "ValueError: bad batch")
+
+
+def test_with_block_keyboard_interrupt_cancels(tmp_path):
+    proc = python(OPEN + "with run:\n    raise KeyboardInterrupt\n", tmp_path)
+    assert proc.returncode != 0
+    assert _status(tmp_path) == ("cancelled", "interrupted (KeyboardInterrupt)")
+
+
+def test_with_block_cancelled_task_cancels(tmp_path):
+    code = (
+        OPEN
+        + """
+import asyncio
+
+async def main():
+    with run:
+        await asyncio.sleep(30)
+
+async def outer():
+    task = asyncio.ensure_future(main())
+    await asyncio.sleep(0.1)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        print("task cancelled")
+
+asyncio.run(outer())
+"""
+    )
+    proc = python(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "task cancelled" in proc.stdout
+    assert _status(tmp_path) == ("cancelled", "interrupted (CancelledError)")
+
+
+def test_exit_without_finish_is_crashed(tmp_path):
+    proc = python(OPEN, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert _status(tmp_path) == ("crashed", "process exited without finishing the run")
+
+
+def test_uncaught_exception_without_with_is_crashed_with_its_error(tmp_path):
+    proc = python(OPEN + "raise RuntimeError('oom in step 7')\n", tmp_path)
+    assert proc.returncode == 1
+    status, error = _status(tmp_path)
+    assert status == "crashed"
+    assert error == "process exited with an uncaught RuntimeError: oom in step 7"
+
+
+def test_records_logged_before_atexit_are_written(tmp_path):
+    proc = python(OPEN + "run.log_episodes([{'id': 'e1', 'traces': []}])\n", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run_dir(tmp_path / "openruns")
+    from .helpers import records
+
+    assert [r["id"] for r in records(run_dir, "episodes")] == ["e1"]
+    assert len(records(run_dir, "metrics")) == 1
+
+
+def _wait_for_line(proc, text: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if text in line:
+            return
+    raise AssertionError(f"{text!r} never printed")
+
+
+@pytest.mark.parametrize(
+    ("signum", "status"),
+    [(signal.SIGTERM, "crashed"), (signal.SIGINT, "cancelled")],
+)
+def test_signal_closes_the_run_then_chains_to_the_previous_handler(tmp_path, signum, status):
+    code = (
+        """
+import signal, sys, time
+def previous(signum, frame):
+    print("previous handler ran", flush=True)
+    sys.exit(7)
+signal.signal(signal.SIGTERM, previous)
+signal.signal(signal.SIGINT, previous)
+"""
+        + OPEN
+        + """
+print("ready", flush=True)
+time.sleep(30)
+"""
+    )
+    proc = spawn(code, tmp_path)
+    _wait_for_line(proc, "ready")
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=30)
+    assert "previous handler ran" in out, err
+    assert proc.returncode == 7
+    name = signal.Signals(signum).name
+    assert _status(tmp_path) == (status, f"terminated by {name}")
+
+
+def test_sigterm_with_default_handler_kills_the_process_after_closing_the_run(tmp_path):
+    proc = spawn(OPEN + "print('ready', flush=True)\nimport time\ntime.sleep(30)\n", tmp_path)
+    _wait_for_line(proc, "ready")
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM  # the default disposition still applies
+    assert _status(tmp_path) == ("crashed", "terminated by SIGTERM")
+
+
+def test_sigint_with_python_default_raises_keyboard_interrupt(tmp_path):
+    code = (
+        OPEN
+        + """
+import time
+try:
+    print("ready", flush=True)
+    time.sleep(30)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt raised", flush=True)
+"""
+    )
+    proc = spawn(code, tmp_path)
+    _wait_for_line(proc, "ready")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert "KeyboardInterrupt raised" in out, err
+    assert _status(tmp_path) == ("cancelled", "terminated by SIGINT")
+
+
+def test_handlers_are_restored_after_finish(tmp_path):
+    code = """
+import signal
+def mine(signum, frame):
+    pass
+signal.signal(signal.SIGTERM, mine)
+import openruns
+run = openruns.init(mode="offline")
+assert signal.getsignal(signal.SIGTERM) is not mine
+run.finish()
+assert signal.getsignal(signal.SIGTERM) is mine
+assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+print("restored")
+"""
+    proc = python(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "restored" in proc.stdout
+
+
+def test_log_after_finish_raises(tmp_path):
+    code = (
+        OPEN
+        + """
+run.finish()
+for call in (lambda: run.log_metrics({"x": 1}), lambda: run.log_episodes([{}]),
+             lambda: run.log_traces([{}]), lambda: run.update_summary({"a": 1})):
+    try:
+        call()
+    except openruns.RunFinishedError as exc:
+        print("raised:", exc)
+run.finish()  # idempotent
+print(run.status.value)
+"""
+    )
+    proc = python(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("raised:") == 4
+    assert proc.stdout.strip().endswith("completed")

@@ -1,0 +1,105 @@
+"""Who owns a run and who attaches: exported ids, pids, ranks, explicit ids."""
+
+from __future__ import annotations
+
+import os
+
+import openruns
+from openruns.identity import new_run_id
+
+from .helpers import python, records, run_json
+
+
+def test_run_ids_are_unique_and_sort_by_creation():
+    ids = [new_run_id() for _ in range(1000)]
+    assert len(set(ids)) == 1000
+    assert all(len(i) == 24 and i.isalnum() and i.islower() for i in ids)
+
+
+def test_init_exports_the_run_with_the_owner_pid(tmp_path):
+    run = openruns.init(mode="offline", dir=tmp_path)
+    assert os.environ["OPENRUNS_RUN_ID"] == run.id
+    assert os.environ["RUN_ID"] == run.id
+    assert os.environ["OPENRUNS_RUN_PID"] == str(os.getpid())
+    run.finish()
+    assert "OPENRUNS_RUN_ID" not in os.environ  # the owner stops advertising a finished run
+    assert "RUN_ID" not in os.environ
+
+
+def test_second_init_in_the_same_process_opens_a_new_run(tmp_path):
+    first = openruns.init(mode="offline", dir=tmp_path)
+    second = openruns.init(mode="offline", dir=tmp_path)
+    assert second.id != first.id
+    assert not second.attached
+    second.finish()
+    first.finish()
+    assert run_json(first.dir)["status"] == "completed"
+    assert run_json(second.dir)["status"] == "completed"
+
+
+def test_child_process_attaches_and_cannot_finish(tmp_path):
+    run = openruns.init(kind="train", mode="offline", dir=tmp_path)
+    child = python(
+        """
+import openruns
+run = openruns.init(kind="eval", mode="offline")
+print(run.id, run.attached, run.kind)
+run.log_metrics({"child": 1.0}, step=3)
+run.log_episodes([{"id": "from-child", "traces": []}])
+run.fail("child says failed")  # attached: only flushes
+""",
+        tmp_path,
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == [run.id, "True", "train"]
+    assert run_json(run.dir)["status"] == "running"
+    run.log_metrics({"parent": 1.0}, step=4)
+    run.finish()
+    assert run_json(run.dir)["status"] == "completed"
+    assert {r["step"] for r in records(run.dir, "metrics")} == {3, 4}
+    episode = records(run.dir, "episodes")[0]
+    assert episode["run"] == {"id": run.id, "type": "train"}
+
+
+def test_explicit_id_attaches(tmp_path):
+    owner = openruns.init(mode="offline", dir=tmp_path)
+    other = openruns.init(id=owner.id, mode="offline", dir=tmp_path)
+    assert other.attached and other.id == owner.id
+    other.log_metrics({"a": 1}, step=0)
+    other.finish(status="failed", error="ignored")
+    assert run_json(owner.dir)["status"] == "running"
+    owner.finish()
+    assert records(owner.dir, "metrics")[0]["values"] == {"a": 1}
+
+
+def test_nonzero_rank_attaches_to_the_exported_run(tmp_path):
+    run = openruns.init(mode="offline", dir=tmp_path)
+    child = python(
+        "import openruns\nr = openruns.init(mode='offline')\nprint(r.id, r.attached)\n",
+        tmp_path,
+        env={"RANK": "3"},
+    )
+    assert child.stdout.split() == [run.id, "True"], child.stderr
+    run.finish()
+
+
+def test_nonzero_rank_without_a_run_never_creates_one(tmp_path):
+    child = python(
+        "import openruns\nr = openruns.init(mode='offline')\nprint(r.mode, r.id)\n",
+        tmp_path,
+        env={"LOCAL_RANK": "1"},
+    )
+    assert child.returncode == 0, child.stderr
+    mode, run_id = child.stdout.split()
+    assert mode == "disabled" and run_id.startswith("disabled-")
+    assert "LOCAL_RANK=1 has no run to attach to" in child.stderr
+    assert not (tmp_path / "openruns").exists()
+
+
+def test_rank_zero_creates(tmp_path):
+    child = python(
+        "import openruns\nr = openruns.init(mode='offline')\nprint(r.attached)\n",
+        tmp_path,
+        env={"RANK": "0", "LOCAL_RANK": "0"},
+    )
+    assert child.stdout.strip() == "False", child.stderr

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import pytest
+
+from openruns.errors import ConfigurationError
+from openruns.settings import Settings
+
+
+def _resolve(tmp_path, args=None, env=None, file_text=None):
+    path = tmp_path / "config.toml"
+    if file_text is not None:
+        path.write_text(file_text)
+    return Settings.resolve(args or {}, env or {}, path)
+
+
+def test_argument_beats_environment_beats_file_beats_default(tmp_path):
+    file_text = 'dir = "from-file"\nteam_id = "file-team"\nfinish_timeout = 5\n'
+    env = {"OPENRUNS_DIR": "from-env", "OPENRUNS_TEAM_ID": "env-team"}
+    s = _resolve(tmp_path, {"dir": "from-arg", "team_id": None}, env, file_text)
+    assert s.dir == "from-arg"
+    assert s.team_id == "env-team"
+    assert s.finish_timeout == 5.0
+    assert s.on_error == "warn"
+
+
+def test_mode_defaults_to_online_only_with_a_server(tmp_path):
+    assert _resolve(tmp_path).mode == "offline"
+    s = _resolve(tmp_path, env={"OPENRUNS_BASE_URL": "http://127.0.0.1:8765/api/v1/"})
+    assert s.mode == "online"
+    assert s.base_url == "http://127.0.0.1:8765"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"mode": "sometimes"}, "mode must be one of"),
+        ({"on_error": "ignore"}, "on_error must be"),
+        ({"finish_timeout": "soon"}, "finish_timeout must be a number"),
+        ({"finish_timeout": -1}, "finish_timeout must be positive"),
+    ],
+)
+def test_invalid_values_name_the_setting(tmp_path, args, message):
+    with pytest.raises(ConfigurationError, match=message):
+        _resolve(tmp_path, args)
+
+
+def test_unknown_config_file_keys_are_an_error(tmp_path):
+    with pytest.raises(ConfigurationError, match="unknown keys \\['colour'\\]"):
+        _resolve(tmp_path, file_text='colour = "blue"\n')
+
+
+def test_malformed_config_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigurationError, match="config file"):
+        _resolve(tmp_path, file_text="dir = \n")
+
+
+def test_every_setting_is_documented():
+    doc = Settings.__doc__ or ""
+    for name in Settings.__dataclass_fields__:
+        assert f"`{name}`" in doc, name
