@@ -84,6 +84,8 @@ class Run:
             if self._has_sink()
             else None
         )
+        if self._pipeline is not None:
+            self._pipeline.start()  # here, not in the first log call, which must stay cheap
         fork.register(self)
         exits.opened(self)
 

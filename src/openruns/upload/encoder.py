@@ -18,10 +18,10 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Batch", "BatchBuilder", "encode_record", "encode_metrics_row"]
+__all__ = ["Batch", "BatchBuilder", "encode_metrics_row", "encode_record", "yield_gil"]
 
 _OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-PIECE_BYTES = 1 << 20
+PIECE_BYTES = 128 * 1024
 _SPLIT_KEYS = ("traces", "nodes")
 
 
@@ -38,7 +38,7 @@ def _encode(value: Mapping[str, Any]) -> bytes:
     split = [k for k in _SPLIT_KEYS if isinstance(value.get(k), list) and value[k]]
     if not split:
         out = orjson.dumps(value, option=_OPTIONS)
-        _yield_gil()
+        yield_gil()
         return out
     head = orjson.dumps({k: v for k, v in value.items() if k not in split}, option=_OPTIONS)
     parts = [head[:-1]]
@@ -62,7 +62,7 @@ def _encode_list(items: list[Any]) -> bytes:
             piece = _encode(chunk[0])
         else:
             piece = orjson.dumps(chunk, option=_OPTIONS)[1:-1]
-            _yield_gil()
+            yield_gil()
         pieces.append(piece)
         i += len(chunk)
         if len(piece) > 2 * PIECE_BYTES and step > 1:
@@ -72,10 +72,21 @@ def _encode_list(items: list[Any]) -> bytes:
     return b",".join(pieces)
 
 
-def _yield_gil() -> None:
-    # sleep(0) releases the GIL, so a thread waiting for it (the producer's event loop) runs now
-    # instead of after the interpreter's 5 ms switch interval.
-    time.sleep(0)
+_last_yield = 0.0
+YIELD_EVERY = 0.0002
+
+
+def yield_gil() -> None:
+    """
+    Let a thread waiting for the GIL (the producer, its event loop) run now, instead of after
+    the interpreter's 5 ms switch interval: sleep(0) releases the GIL. Called between pieces of
+    work; it sleeps at most once per YIELD_EVERY seconds of work, so small pieces cost nothing.
+    """
+    global _last_yield
+    now = time.perf_counter()
+    if now - _last_yield >= YIELD_EVERY:
+        time.sleep(0)
+        _last_yield = time.perf_counter()
 
 
 @dataclass

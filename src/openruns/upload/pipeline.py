@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from ..records import flatten_metrics, index_fields, record_step, stamp_run, to_mapping
 from . import fork
-from .encoder import Batch, BatchBuilder, encode_metrics_row, encode_record
+from .encoder import Batch, BatchBuilder, encode_metrics_row, encode_record, yield_gil
 from .queue import Item, RecordQueue
 
 __all__ = ["Pipeline", "Sink", "Stats"]
@@ -108,7 +108,7 @@ class Pipeline:
 
     def put(self, item: Item) -> bool:
         if not self._threads:
-            self._start()
+            self.start()  # a forked child starts its threads on first use
         return self._queue.put(item)
 
     @property
@@ -163,7 +163,7 @@ class Pipeline:
         self.stats = Stats()
         self._dropped_at_close = 0
 
-    def _start(self) -> None:
+    def start(self) -> None:
         with self._start_lock:
             if self._threads:
                 return
@@ -197,9 +197,11 @@ class Pipeline:
                 builder = builders[item.kind]
                 if item.kind == "metrics":
                     self._hand_on(builder.add(self._metrics_line(item)))
+                    yield_gil()
                 else:
                     for record in item.payload:
                         self._add_record(builder, record, item.step)
+                        yield_gil()
             for builder in builders.values():
                 if builder.age() >= MAX_BATCH_AGE:
                     self._hand_on(builder.take())
