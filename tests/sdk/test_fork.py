@@ -46,7 +46,7 @@ def test_forked_child_joins_the_run_and_nothing_is_written_twice(tmp_path):
 def test_fork_while_a_producer_lock_is_held_does_not_deadlock_the_child(tmp_path):
     run = openruns.init(mode="offline", dir=tmp_path)
     run.log_metrics({"a": 1}, step=0)
-    queue_lock = run._pipeline._queue._lock
+    queue_lock = run._pipeline._lanes["metrics"].queue._lock
     queue_lock.acquire()  # as if another thread were inside log_metrics at fork time
     try:
         pid = os.fork()

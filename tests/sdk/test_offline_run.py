@@ -139,34 +139,46 @@ def test_on_error_raise_reraises_at_flush(tmp_path):
     assert run_json(run.dir)["status"] == "completed"
 
 
+def _stall(run, gate=None):
+    """Keep the encoder threads from taking anything until `gate` is set (never, if None)."""
+    for lane in run._pipeline._lanes.values():
+        original = lane.queue.take_all
+        lane.queue.take_all = lambda original=original: (
+            original() if gate is not None and gate.is_set() else []
+        )
+
+
 def test_a_full_queue_drops_counts_and_warns_once_per_burst(tmp_path, caplog):
     run = openruns.init(mode="offline", dir=tmp_path)
-    run._pipeline._queue.max_records = 10
+    for lane in run._pipeline._lanes.values():
+        lane.queue.max_records = 10
     gate = threading.Event()
-    original = run._pipeline._queue.take_all
-    run._pipeline._queue.take_all = lambda: original() if gate.is_set() else []
+    _stall(run, gate)
     with caplog.at_level(logging.WARNING, logger="openruns"):
         run.log_episodes([_episode(i) for i in range(8)])
         run.log_episodes([_episode(i) for i in range(8, 11)])  # 3 more would pass 10: dropped
-        run.log_metrics({"x": 1}, step=0)
-        run.log_metrics({"x": 2}, step=1)
-        run.log_metrics({"x": 3}, step=2)  # 11th record: dropped
+        run.log_traces([{"id": "t"}])  # fits: the burst ends
+        run.log_episodes([_episode(i) for i in range(5)])  # dropped: a second burst
+        for step in range(12):  # metrics have their own lane and bound: the last 2 are dropped
+            run.log_metrics({"x": step}, step=step)
         gate.set()
         run.finish()
-    assert run.dropped_records == 4
+    assert run.dropped_records == 10
     full = [r for r in caplog.records if "queue full" in r.getMessage()]
-    assert len(full) == 2  # one per burst: the episode call, then the metrics call after a put
+    assert len(full) == 3
     assert len(records(run.dir, "episodes")) == 8
-    assert run_json(run.dir)["losses"]["dropped_records"] == 4
+    assert [m["step"] for m in records(run.dir, "metrics")] == list(range(10))
+    assert run_json(run.dir)["losses"]["dropped_records"] == 10
 
 
 def test_finish_deadline_counts_what_was_not_written(tmp_path):
     run = openruns.init(mode="offline", dir=tmp_path)
-    run._pipeline._queue.take_all = list  # the encoder never gets anything: a stuck upload
+    _stall(run)  # a stuck upload
     run.log_episodes([_episode(i) for i in range(3)])
+    run.log_metrics({"x": 1})
     run.finish(timeout=0.3)
-    assert run.dropped_records == 3
-    assert run_json(run.dir)["losses"]["dropped_records"] == 3
+    assert run.dropped_records == 4
+    assert run_json(run.dir)["losses"]["dropped_records"] == 4
 
 
 def test_disabled_runs_accept_and_discard(tmp_path):

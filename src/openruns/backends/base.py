@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ..spec import RunStatus
-from ..upload.pipeline import Sink, Stats
+from ..upload.pipeline import Sink
+from ..upload.stats import Stats
 
 __all__ = ["Backend"]
 
@@ -13,7 +14,7 @@ __all__ = ["Backend"]
 class Backend(Protocol):
     url: str | None
 
-    def make_sink(self) -> Sink | None:
+    def make_sink(self, stats: Stats) -> Sink | None:
         """A sink for this process's records (called again in a forked child); None: discard."""
         ...
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..spec import RunStatus
-from ..upload.pipeline import Stats
+from ..upload.stats import Stats
 
 __all__ = ["DisabledBackend"]
 
@@ -13,7 +13,7 @@ __all__ = ["DisabledBackend"]
 class DisabledBackend:
     url: str | None = None
 
-    def make_sink(self) -> None:
+    def make_sink(self, stats: Stats) -> None:
         return None
 
     def update(self, summary: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from ..rundir import new_writer_id, read_json, write_json_atomic
 from ..sinks.local import LocalSink
 from ..spec import RunStatus
-from ..upload.pipeline import Stats
+from ..upload.stats import Stats
 
 __all__ = ["FORMAT_VERSION", "OfflineBackend"]
 
@@ -49,8 +49,8 @@ class OfflineBackend:
         run_dir.mkdir(parents=True, exist_ok=True)
         return cls(run_dir)
 
-    def make_sink(self) -> LocalSink:
-        return LocalSink(self.run_dir, new_writer_id())
+    def make_sink(self, stats: Stats) -> LocalSink:
+        return LocalSink(self.run_dir, new_writer_id(), stats)
 
     def update(self, summary: dict[str, Any]) -> None:
         self._rewrite(summary=summary)
@@ -77,6 +77,7 @@ class OfflineBackend:
                 "written": stats.written,
                 "failed_records": stats.failed,
                 "dropped_records": dropped,
+                "spooled_records": stats.spooled,
                 "dropped_metric_values": stats.dropped_values,
                 "errors": stats.errors,
                 "closed_at": time.time(),

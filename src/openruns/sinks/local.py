@@ -8,8 +8,13 @@ import zstandard
 
 from ..rundir import SegmentWriter
 from ..upload.encoder import Batch
+from ..upload.stats import Stats
 
-__all__ = ["LocalSink", "compress_batch"]
+__all__ = ["LocalSink", "compress_batch", "new_compressor"]
+
+
+def new_compressor() -> zstandard.ZstdCompressor:
+    return zstandard.ZstdCompressor(level=1, write_checksum=True)
 
 
 def compress_batch(batch: Batch, compressor: zstandard.ZstdCompressor) -> bytes:
@@ -23,31 +28,38 @@ def compress_batch(batch: Batch, compressor: zstandard.ZstdCompressor) -> bytes:
 class LocalSink:
     name = "local"
 
-    def __init__(self, run_dir: Path, writer_id: str):
+    def __init__(self, run_dir: Path, writer_id: str, stats: Stats):
         self.run_dir = run_dir
         self.writer_id = writer_id
-        self._compressor = zstandard.ZstdCompressor(level=1, write_checksum=True)
+        self.stats = stats
+        # One writer per stream; each lane's sink thread touches only its own streams.
         self._writers: dict[str, SegmentWriter] = {}
+        self._compressors: dict[str, zstandard.ZstdCompressor] = {}
 
     def write(self, batch: Batch) -> None:
-        frame = compress_batch(batch, self._compressor)
         writer = self._writers.get(batch.stream)
         if writer is None:
             writer = SegmentWriter(self.run_dir / batch.stream, self.writer_id)
             self._writers[batch.stream] = writer
+            # A compressor is not thread-safe; a stream is only ever written by one thread.
+            self._compressors[batch.stream] = new_compressor()
+        frame = compress_batch(batch, self._compressors[batch.stream])
         segment, offset = writer.append(frame)
         for row in batch.index:
             row["segment"] = segment
             row["frame"] = offset
         writer.append_index(batch.index)
+        self.stats.count_written(batch.stream, batch.count)
 
-    def flush(self) -> None:
-        for writer in self._writers.values():
-            writer.sync()
+    def flush(self, streams: tuple[str, ...], deadline: float | None) -> None:
+        for stream in streams:
+            if stream in self._writers:
+                self._writers[stream].sync()
 
-    def close(self) -> None:
-        for writer in self._writers.values():
-            writer.close()
+    def close(self, streams: tuple[str, ...], deadline: float | None) -> None:
+        for stream in streams:
+            if stream in self._writers:
+                self._writers[stream].close()
 
     def drop(self) -> None:
         for writer in self._writers.values():
