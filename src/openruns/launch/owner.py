@@ -1,0 +1,104 @@
+"""
+The launcher as the run's owner: open the run, give the children what they need to attach,
+close the run with the launch's outcome.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigurationError
+from ..run import Run
+from ..settings import Settings
+from ..spec import RunStatus
+from .process import exit_status
+from .supervisor import Outcome
+
+__all__ = ["OwnedRun", "close_run", "open_run"]
+
+
+@dataclass
+class OwnedRun:
+    run: Run
+    settings: Settings
+
+    def child_environment(self) -> dict[str, str]:
+        """
+        The launcher's environment plus what a child needs to attach to the run: the run id
+        (exported by init(): OPENRUNS_RUN_ID, RUN_ID, the owner's pid and the run dir), the mode
+        and where runs are written, and for online runs the server and credentials.
+        """
+        env = dict(os.environ)
+        env["OPENRUNS_MODE"] = self.run.mode
+        env["OPENRUNS_DIR"] = str(Path(self.settings.dir).absolute())
+        if self.run.mode == "online":
+            if self.settings.base_url:
+                env["OPENRUNS_BASE_URL"] = self.settings.base_url
+            # Run credentials go here, and only here. Today the children get the key the owner
+            # resolved; once the SDK mints a per-run token for the owner's run, export that
+            # token instead, so a component can write to this run and nothing else.
+            if self.settings.api_key:
+                env["OPENRUNS_API_KEY"] = self.settings.api_key
+        return env
+
+
+def open_run(
+    *,
+    prog: str,
+    name: str | None,
+    kind: str,
+    model: str | None,
+    config: str | None,
+    mode: str | None,
+    dir: str | None,
+) -> OwnedRun:
+    """
+    Create the run this launcher owns. Raises ConfigurationError (bad arguments or settings).
+    When the environment already names a run owned by another process (a launcher inside a
+    launcher), init() attaches instead: this launcher then supervises without closing the run.
+    """
+    import openruns
+
+    if config is not None and not Path(config).is_file():
+        raise ConfigurationError(f"config file {config!r} does not exist")
+    settings = Settings.resolve({"mode": mode, "dir": dir})
+    run = openruns.init(name=name, kind=kind, model=model, config=config, mode=mode, dir=dir)
+    if run.attached:
+        print(
+            f"{prog}: attached to run {run.id}, owned by another process, which finishes it",
+            file=sys.stderr,
+        )
+    else:
+        where = f" ({run.url})" if run.url else ""
+        print(f"{prog}: run {run.id}{where}", file=sys.stderr, flush=True)
+    return OwnedRun(run, settings)
+
+
+def close_run(owned: OwnedRun, outcome: Outcome, failure: str | None) -> int:
+    """
+    Finish the run from the launch's outcome and return the launcher's exit status.
+
+    - SIGTERM (or any signal but SIGINT): failed, `RuntimeError: terminated by SIGTERM`; 128+N.
+    - SIGINT: cancelled; 130.
+    - `failure` (the message for `outcome.failed`): failed, `RuntimeError: <failure>`; the
+      failed child's status (128+N when it was killed by signal N).
+    - otherwise: completed; 0.
+    """
+    run = owned.run
+    if outcome.signal is not None:
+        name = signal.Signals(outcome.signal).name
+        if outcome.signal == signal.SIGINT:
+            run.finish(status=RunStatus.CANCELLED, error=f"terminated by {name}")
+        else:
+            run.fail(RuntimeError(f"terminated by {name}"))
+        return 128 + outcome.signal
+    if outcome.failed is not None:
+        assert outcome.failed.returncode is not None
+        run.fail(RuntimeError(failure or f"{outcome.failed.name} failed"))
+        return exit_status(outcome.failed.returncode)
+    run.finish()
+    return 0

@@ -1,0 +1,86 @@
+"""
+`openruns run [options] -- CMD ...`: own a run around one command (a job step).
+
+The command runs in its own process group with the run exported in its environment, so every
+process it starts that calls `openruns.init()` attaches to the run (and only flushes). Exit 0
+completes the run; exit N fails it with `RuntimeError: The job step exited with code N` and
+this command exits N. SIGTERM / SIGINT are forwarded to the command's process group; after its
+teardown (`--grace` seconds, then SIGKILL) the run is failed (`RuntimeError: terminated by
+SIGTERM`) or cancelled (SIGINT) and this command exits 128+N. Wraps a SLURM step as
+`openruns run ... -- srun ...` (docs/launch.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import DEFAULT_GRACE_SECONDS
+
+__all__ = ["add_arguments", "run"]
+
+PROG = "openruns run"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.usage = "openruns run [options] -- CMD [ARG ...]"
+    parser.add_argument("--name", help="run name (default: derived from the model or kind)")
+    parser.add_argument("--kind", choices=("train", "eval"), default="train")
+    parser.add_argument("--model", help="model the run trains or evaluates")
+    parser.add_argument("--config", metavar="FILE", help="config file stored with the run")
+    parser.add_argument("--mode", choices=("online", "offline", "disabled"))
+    parser.add_argument("--dir", help="where offline runs are written (default ./openruns)")
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=DEFAULT_GRACE_SECONDS,
+        metavar="S",
+        help="seconds the command gets to tear down after a forwarded signal before SIGKILL "
+        f"(default {DEFAULT_GRACE_SECONDS:g}; keep it under SLURM's KillWait)",
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import ConfigurationError
+    from .owner import close_run, open_run
+    from .process import describe_exit
+    from .supervisor import Supervisor
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print(f"{PROG}: no command given (openruns run [options] -- CMD ...)", file=sys.stderr)
+        return 2
+    try:
+        owned = open_run(
+            prog=PROG,
+            name=args.name,
+            kind=args.kind,
+            model=args.model,
+            config=args.config,
+            mode=args.mode,
+            dir=args.dir,
+        )
+    except ConfigurationError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    supervisor = Supervisor(args.grace, PROG)
+    supervisor.install_signal_handlers()
+    try:
+        supervisor.start("job step", command, env=owned.child_environment())
+    except OSError as exc:
+        owned.run.fail(RuntimeError(f"The job step could not be started: {exc}"))
+        print(f"{PROG}: cannot start {command[0]!r}: {exc}", file=sys.stderr)
+        return 127
+    outcome = supervisor.supervise()
+    failure = None
+    if outcome.failed is not None:
+        code = outcome.failed.returncode
+        assert code is not None
+        # "exited with code N", or "was killed by SIGKILL"
+        failure = f"The job step {'' if code > 0 else 'was '}{describe_exit(code)}"
+    status = close_run(owned, outcome, failure)
+    supervisor.restore_signal_handlers()
+    return status

@@ -1,0 +1,72 @@
+"""
+What a monitor is: a destination of a trainer's metrics and episodes.
+
+A monitor's methods are synchronous and run on that monitor's own worker thread (worker.py),
+one call at a time and in the order the producer logged, so a monitor may block, encode and
+write as it likes: it never runs on the producer's event loop. A method that raises is reported
+by the worker (with the monitor's name) and the next call goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ..records import flatten_metrics
+
+__all__ = ["MetricsCleaner", "Monitor", "PartialFailure"]
+
+logger = logging.getLogger("openruns.monitors")
+
+
+class Monitor:
+    """Base class: override what the destination takes; the rest are no-ops."""
+
+    name: str = "monitor"
+
+    def setup(self) -> None:
+        """Open the destination (first thing on the worker thread). Raising disables the monitor."""
+
+    def log_metrics(self, values: dict[str, float | int], step: int | None) -> None:
+        """One row of flat, finite metrics. `step=None`: a row keyed by time only."""
+
+    def log_episodes(self, episodes: list[Any], step: int | None, kind: str, subset: str) -> None:
+        """Episodes (mappings or objects with to_record()/model_dump()) of one cohort."""
+
+    def finalize(self) -> None:
+        """Flush and close, after every logged call has been handled."""
+
+
+class PartialFailure(Exception):
+    """Raised by a monitor method when only some records of a call failed."""
+
+    def __init__(self, failed: int, first: BaseException):
+        super().__init__(f"{failed} record(s) failed; the first: {type(first).__name__}: {first}")
+        self.failed = failed
+
+
+class MetricsCleaner:
+    """
+    Flattens a metrics mapping to `a/b` keys and drops what is not a finite number, naming each
+    dropped key in one warning the first time it is dropped (a NaN loss every step would
+    otherwise bury the log).
+    """
+
+    def __init__(self) -> None:
+        self._named: set[str] = set()
+        self.dropped_values = 0
+
+    def clean(self, values: Mapping[str, Any]) -> dict[str, float | int]:
+        kept, dropped = flatten_metrics(values)
+        if dropped:
+            self.dropped_values += len(dropped)
+            fresh = {k: why for k, why in dropped.items() if k not in self._named}
+            if fresh:
+                self._named.update(fresh)
+                logger.warning(
+                    "openruns monitors: dropped metric values that are not finite numbers: %s "
+                    "(each key is named once)",
+                    ", ".join(f"{k} ({why})" for k, why in fresh.items()),
+                )
+        return kept

@@ -1,0 +1,273 @@
+"""
+The episode stream of the file monitor: numbered chunks of zstd frames, and an index.
+
+    monitors/file/episodes/00000.jsonl.zst        sealed chunk
+    monitors/file/episodes/00001.open.jsonl.zst   the chunk being written
+    monitors/file/episodes.index.jsonl            one row per episode, in arrival order
+    monitors/file/episodes.lock                   held (flock) by the one writing process
+
+Each episode is one NDJSON line compressed as its own zstd frame (content size and checksum in
+the frame), so an index row `(chunk, offset, size)` is a seek and one decompression, and
+`zstd -dc episodes/*.zst | jq` reads the whole stream in order. A chunk rolls before a frame
+would take it past `chunk_bytes`; an episode never spans chunks. Sealing (fsync, rename to the
+final name, fsync the directory) runs on a separate thread so the writer goes on at once.
+
+Write order is frame, then index row: every index row a reader sees points at a whole frame.
+A writer killed mid-frame leaves a torn tail; the next writer (a relaunch) truncates it away,
+indexes any whole frame that missed its index row, seals every open chunk and continues the
+numbering (line and chunk) after what is on disk.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import fcntl
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+import zstandard
+
+__all__ = [
+    "OPEN_SUFFIX",
+    "SEALED_SUFFIX",
+    "ChunkWriter",
+    "chunk_numbers",
+    "chunk_path",
+    "frame_length",
+    "read_index_rows",
+]
+
+SEALED_SUFFIX = ".jsonl.zst"
+OPEN_SUFFIX = ".open.jsonl.zst"
+_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def chunk_path(stream_dir: Path, number: int) -> Path:
+    """The chunk's file: sealed if it is, else the open one (which may not exist)."""
+    sealed = stream_dir / f"{number:05d}{SEALED_SUFFIX}"
+    return sealed if sealed.exists() else stream_dir / f"{number:05d}{OPEN_SUFFIX}"
+
+
+def chunk_numbers(stream_dir: Path) -> dict[int, bool]:
+    """{chunk number: sealed?} of the chunks on disk."""
+    out: dict[int, bool] = {}
+    if not stream_dir.is_dir():
+        return out
+    for path in stream_dir.iterdir():
+        name = path.name
+        for suffix, sealed in ((OPEN_SUFFIX, False), (SEALED_SUFFIX, True)):
+            stem = name.removesuffix(suffix)
+            if stem != name and stem.isdigit():
+                out[int(stem)] = out.get(int(stem), False) or sealed
+                break
+    return dict(sorted(out.items()))
+
+
+def read_index_rows(index_path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The index rows, and the byte length of the whole rows (a torn last row is left out)."""
+    try:
+        raw = index_path.read_bytes()
+    except FileNotFoundError:
+        return [], 0
+    rows: list[dict[str, Any]] = []
+    good = 0
+    for line in raw.splitlines(keepends=True):
+        if not line.endswith(b"\n"):
+            break
+        try:
+            rows.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            break
+        good += len(line)
+    return rows, good
+
+
+def frame_length(fh: BinaryIO, offset: int, file_size: int) -> int | None:
+    """
+    The length of the zstd frame at `offset`, from its block headers (RFC 8878 §3.1.1), or None
+    when no whole frame starts there. Reads a few bytes per 128 KB block, not the frame.
+    """
+    fh.seek(offset)
+    head = fh.read(18)
+    if head[:4] != _MAGIC or len(head) < 6:
+        return None
+    try:
+        pos = offset + zstandard.frame_header_size(head)
+    except zstandard.ZstdError:
+        return None
+    has_checksum = head[4] & 0x04
+    while True:
+        fh.seek(pos)
+        header = fh.read(3)
+        if len(header) < 3:
+            return None
+        value = int.from_bytes(header, "little")
+        last, block_type, size = value & 1, (value >> 1) & 3, value >> 3
+        if block_type == 3:
+            return None
+        pos += 3 + (1 if block_type == 1 else size)
+        if last:
+            break
+    pos += 4 if has_checksum else 0
+    return pos - offset if pos <= file_size else None
+
+
+class ChunkWriter:
+    """
+    Appends frames to the stream in `stream_dir` and rows to its index. One thread calls it;
+    one process at a time may hold it open (`open()` raises RuntimeError otherwise).
+
+    `reindex(line_bytes) -> row fields` rebuilds the index fields of an episode found on disk
+    without an index row (recovery).
+    """
+
+    def __init__(
+        self,
+        stream_dir: Path,
+        index_path: Path,
+        chunk_bytes: int,
+        reindex: Callable[[bytes], dict[str, Any]],
+    ):
+        self.stream_dir = stream_dir
+        self.index_path = index_path
+        self.chunk_bytes = chunk_bytes
+        self._reindex = reindex
+        self._lock_fd: int | None = None
+        self._index_fd: int | None = None
+        self._fd: int | None = None
+        self._chunk = -1
+        self._size = 0
+        self._lines = 0
+        self._sealer = concurrent.futures.ThreadPoolExecutor(1, "openruns-file-sealer")
+        self._seals: list[concurrent.futures.Future[None]] = []
+
+    @property
+    def lines(self) -> int:
+        """Episodes in the stream (including those of earlier writers)."""
+        return self._lines
+
+    def open(self) -> None:
+        self.stream_dir.mkdir(parents=True, exist_ok=True)
+        lock_path = self.index_path.with_name(self.stream_dir.name + ".lock")
+        self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise RuntimeError(
+                f"{self.stream_dir} is being written by another live process; one process "
+                "writes a file monitor's episode stream (give this one its own output_dir)"
+            ) from None
+        rows, good = read_index_rows(self.index_path)
+        self._index_fd = os.open(self.index_path, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.ftruncate(self._index_fd, good)  # a torn last row of a killed writer
+        os.lseek(self._index_fd, 0, os.SEEK_END)
+        self._lines = rows[-1]["line"] if rows else 0
+        self._recover(rows)
+
+    def append(self, frame: bytes, fields: dict[str, Any]) -> dict[str, Any]:
+        """Write one episode's frame, then its index row; returns the row."""
+        if self._fd is not None and self._size and self._size + len(frame) > self.chunk_bytes:
+            self._roll()
+        if self._fd is None:
+            self._open_chunk(max(chunk_numbers(self.stream_dir), default=-1) + 1)
+        assert self._fd is not None
+        offset = self._size
+        _write_all(self._fd, frame)
+        self._size += len(frame)
+        return self._index(self._chunk, offset, len(frame), fields)
+
+    def close(self) -> None:
+        """Seal the open chunk, wait for every seal, release the stream. Raises a seal's error."""
+        try:
+            if self._fd is not None:
+                self._roll()
+            self._sealer.shutdown(wait=True)
+            for seal in self._seals:
+                seal.result()
+        finally:
+            if self._index_fd is not None:
+                os.fsync(self._index_fd)
+                os.close(self._index_fd)
+                self._index_fd = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # releases the flock
+                self._lock_fd = None
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _index(self, chunk: int, offset: int, size: int, fields: dict[str, Any]) -> dict[str, Any]:
+        assert self._index_fd is not None
+        self._lines += 1
+        row = {"line": self._lines, "chunk": chunk, "offset": offset, "size": size, **fields}
+        _write_all(self._index_fd, orjson.dumps(row) + b"\n")
+        return row
+
+    def _open_chunk(self, number: int) -> None:
+        self._chunk = number
+        path = self.stream_dir / f"{number:05d}{OPEN_SUFFIX}"
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        self._size = 0
+
+    def _roll(self) -> None:
+        fd, number = self._fd, self._chunk
+        self._fd = None
+        self._seals.append(self._sealer.submit(_seal, self.stream_dir, number, fd))
+
+    def _recover(self, rows: list[dict[str, Any]]) -> None:
+        indexed_end: dict[int, int] = {}
+        for row in rows:
+            end = row["offset"] + row["size"]
+            indexed_end[row["chunk"]] = max(indexed_end.get(row["chunk"], 0), end)
+        for number, sealed in chunk_numbers(self.stream_dir).items():
+            if sealed:
+                continue
+            path = self.stream_dir / f"{number:05d}{OPEN_SUFFIX}"
+            end = self._recover_chunk(path, number, indexed_end.get(number, 0))
+            fd = os.open(path, os.O_WRONLY)
+            os.ftruncate(fd, end)
+            _seal(self.stream_dir, number, fd)
+
+    def _recover_chunk(self, path: Path, number: int, start: int) -> int:
+        """Index the whole frames after `start` that have no row; returns where they end."""
+        size = path.stat().st_size
+        end = min(start, size)
+        decompressor = zstandard.ZstdDecompressor()
+        with path.open("rb") as fh:
+            while end < size:
+                length = frame_length(fh, end, size)
+                if length is None:
+                    break
+                fh.seek(end)
+                try:
+                    line = decompressor.decompress(fh.read(length))
+                    fields = self._reindex(line)
+                except (zstandard.ZstdError, ValueError):
+                    break  # a torn or corrupt frame: the tail from here is dropped
+                self._index(number, end, length, {**fields, "recovered": True})
+                end += length
+        return end
+
+
+def _seal(stream_dir: Path, number: int, fd: int) -> None:
+    os.fsync(fd)
+    os.close(fd)
+    os.rename(
+        stream_dir / f"{number:05d}{OPEN_SUFFIX}", stream_dir / f"{number:05d}{SEALED_SUFFIX}"
+    )
+    dir_fd = os.open(stream_dir, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]

@@ -1,0 +1,77 @@
+"""
+The W&B monitor: metrics to one W&B run shared by every process of a launch.
+
+The run id is `$WANDB_RUN_ID`, else the openruns run id (`$OPENRUNS_RUN_ID`, exported by the
+run's owner), else W&B's own; it is then exported as `WANDB_RUN_ID`, so processes this one
+starts join the same run. Online, with `primary` set, the processes use W&B's shared mode: the
+primary creates the run and sets its final state, the others join it with their producer as
+label. Episodes are not sent (W&B gets scalars). Everything runs on the monitor's thread,
+`wandb.init` included, which takes seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..identity import RUN_ID_ENV
+from .base import Monitor
+from .config import WandbMonitorConfig
+
+__all__ = ["WandbMonitor"]
+
+
+class WandbMonitor(Monitor):
+    name = "wandb"
+
+    def __init__(self, config: WandbMonitorConfig, *, producer: str, output_dir: Path):
+        self.config = config
+        self.producer = producer
+        self.dir = Path(config.dir) if config.dir else output_dir / "monitors" / "wandb" / producer
+        self.run: Any = None
+
+    def setup(self) -> None:
+        try:
+            import wandb
+        except ImportError as exc:
+            raise RuntimeError(
+                "the wandb monitor needs the wandb package: pip install 'openruns[wandb]'"
+            ) from exc
+        mode = self.config.mode or os.environ.get("WANDB_MODE") or "online"
+        run_id = os.environ.get("WANDB_RUN_ID") or os.environ.get(RUN_ID_ENV) or None
+        settings = None
+        if mode == "online" and self.config.primary is not None:
+            primary = self.producer == self.config.primary
+            settings = wandb.Settings(
+                mode="shared",
+                x_label=self.producer,
+                x_primary=primary,
+                x_update_finish_state=primary,
+            )
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(
+            project=self.config.project,
+            entity=self.config.entity,
+            name=self.config.name,
+            group=self.config.group,
+            tags=list(self.config.tags) or None,
+            id=run_id,
+            resume="allow" if run_id else None,
+            dir=str(self.dir),
+            mode=None if settings is not None else mode,
+            settings=settings,
+            reinit="create_new",
+        )
+        os.environ.setdefault("WANDB_RUN_ID", self.run.id)
+        # Producers log their own steps (and may repeat one): chart against the "step" column,
+        # not W&B's per-process call counter.
+        self.run.define_metric("step")
+        self.run.define_metric("*", step_metric="step")
+
+    def log_metrics(self, values: dict[str, float | int], step: int | None) -> None:
+        self.run.log(values if step is None else {**values, "step": step})
+
+    def finalize(self) -> None:
+        if self.run is not None:
+            self.run.finish(exit_code=0)
