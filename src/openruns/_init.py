@@ -10,8 +10,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .backends.base import Backend
 from .backends.disabled import DisabledBackend
 from .backends.offline import OfflineBackend
+from .backends.server import ServerBackend
 from .errors import ConfigurationError
 from .identity import export_run, inherited_run, new_run_id, nonzero_rank
 from .run import Run
@@ -98,13 +100,6 @@ def init(
     if inherited is not None and id is None:
         kind = inherited.kind or kind
 
-    if settings.mode == "online":
-        raise ConfigurationError(
-            "online mode needs an openruns server, which this version cannot talk to yet: "
-            "start one with `openruns server` and set OPENRUNS_BASE_URL once online runs are "
-            "supported, or pass mode='offline' (a real run in ./openruns, uploadable later)"
-        )
-
     if settings.mode == "disabled":
         run_id = attach_id or f"disabled-{secrets.token_hex(8)}"
         return Run(
@@ -122,8 +117,11 @@ def init(
             inherited.run_dir
             if inherited is not None and inherited.run_dir and attach_id == inherited.id
             else Path(settings.dir) / attach_id
-        )
-        backend = OfflineBackend.attach(run_dir)
+        ).absolute()
+        if settings.mode == "online":
+            backend: Backend = ServerBackend.attach(settings, attach_id, run_dir)
+        else:
+            backend = OfflineBackend.attach(run_dir)
         return Run(
             run_id=attach_id,
             kind=kind,
@@ -151,7 +149,10 @@ def init(
         "team_id": settings.team_id,
     }
     run_dir = (Path(settings.dir) / run_id).absolute()
-    backend = OfflineBackend.create(run_dir, metadata)
+    if settings.mode == "online":
+        backend = ServerBackend.create(settings, run_id, run_dir, metadata)
+    else:
+        backend = OfflineBackend.create(run_dir, metadata)
     run = Run(
         run_id=run_id,
         kind=kind,

@@ -117,8 +117,14 @@ class Run:
 
     @property
     def dir(self) -> Path | None:
-        """The run directory of an offline run."""
+        """The run directory: the run itself (offline), or its metadata and spool (online)."""
         return self._run_dir
+
+    @property
+    def token(self) -> str | None:
+        """The per-run token the server minted for this run's owner (online runs), which a
+        launcher exports to its children as OPENRUNS_API_KEY; None otherwise."""
+        return getattr(self._backend, "token", None)
 
     @property
     def config_source(self) -> ConfigSource | None:

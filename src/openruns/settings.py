@@ -38,8 +38,10 @@ class Settings:
     - `on_error`: warn (log upload failures, never raise) | raise (re-raise the first failure
       from the next flush() or at the end of finish()).
     - `finish_timeout`: seconds finish() may spend draining uploads. Default 300.
-    - `max_queued_records`: records (episodes, traces, metric rows) a run holds in memory before
-      log_* calls start dropping and counting. Default 65536.
+    - `max_queued_records`: records a run holds in memory, per lane (metric rows; episodes and
+      traces), before log_* calls start dropping and counting. Default 8192.
+    - `spool_bytes`: disk an online run may use for batches the server has not taken yet
+      (compressed); beyond it records are dropped and counted. Default 8 GiB.
     """
 
     mode: Mode = "offline"
@@ -49,7 +51,8 @@ class Settings:
     dir: str = "openruns"
     on_error: OnError = "warn"
     finish_timeout: float = 300.0
-    max_queued_records: int = 65536
+    max_queued_records: int = 8192
+    spool_bytes: int = 8 * 1024**3
 
     @classmethod
     def resolve(
@@ -106,6 +109,12 @@ def _validated(values: dict[str, Any]) -> dict[str, Any]:
     if mode not in _MODES:
         raise ConfigurationError(f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
     values["mode"] = mode
+    if mode == "online" and not values.get("base_url"):
+        raise ConfigurationError(
+            "online mode needs a server: start one with `openruns server` and set "
+            "OPENRUNS_BASE_URL (or pass base_url=), or pass mode='offline' for a run written "
+            "to ./openruns that `openruns sync` uploads later"
+        )
     if "on_error" in values:
         on_error = str(values["on_error"]).strip().lower()
         if on_error not in ("warn", "raise"):
@@ -113,7 +122,11 @@ def _validated(values: dict[str, Any]) -> dict[str, Any]:
         values["on_error"] = on_error
     if values.get("base_url"):
         values["base_url"] = str(values["base_url"]).rstrip("/").removesuffix("/api/v1")
-    for name, kind in (("finish_timeout", float), ("max_queued_records", int)):
+    for name, kind in (
+        ("finish_timeout", float),
+        ("max_queued_records", int),
+        ("spool_bytes", int),
+    ):
         if name in values:
             try:
                 values[name] = kind(values[name])

@@ -74,7 +74,7 @@ def test_training_spec(tmp_path):
         ({"tags": "one"}, "tags must be a list of strings"),
         ({"environments": [3]}, "environments"),
         ({"id": "a/b"}, "id must be"),
-        ({"mode": "online"}, "online mode needs an openruns server"),
+        ({"mode": "online"}, "online mode needs a server"),
     ],
 )
 def test_init_rejects_bad_arguments(tmp_path, kwargs, message):
