@@ -72,12 +72,12 @@ class Pipeline:
         run_id: str,
         run_type: str,
         max_queued_records: int,
-        batch_bytes: int = BATCH_BYTES,
+        batch_bytes: int | None = None,
     ):
         self._make_sink = make_sink
         self._run_id = run_id
         self._run_type = run_type
-        self._batch_bytes = batch_bytes
+        self._batch_bytes = batch_bytes or BATCH_BYTES
         self._max_records = max_queued_records
         self._warned_keys: set[str] = set()
         self._reset()

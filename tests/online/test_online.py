@@ -1,0 +1,225 @@
+"""Online runs against a real server on loopback: delivery, faults, outages, forks, crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+import openruns
+from openruns.upload import http as sdk_http
+from openruns.upload import pipeline as sdk_pipeline
+
+from .conftest import SRC, all_episodes, get, metric_points
+from .faultproxy import FaultProxy
+
+
+def _episode(i: int, step: int, size: int = 2000) -> dict:
+    return {
+        "id": f"ep-{i}",
+        "env": {"id": "math"},
+        "ok": True,
+        "run": {"type": "train", "work": {"type": "train", "step": step}},
+        "traces": [{"id": f"tr-{i}", "reward": i % 7 / 7, "nodes": [{"text": "x" * size}]}],
+    }
+
+
+def test_an_online_run_arrives_whole(server, tmp_path):
+    run = openruns.init(
+        kind="train",
+        name="online",
+        model="m",
+        config={"lr": 0.1},
+        base_url=server.url,
+        dir=tmp_path / "local",
+    )
+    assert run.mode == "online" and run.url == f"{server.url}/runs/{run.id}"
+    for step in range(100):
+        run.log_metrics({"loss": 1 / (step + 1), "nested": {"acc": step / 100}}, step=step)
+    run.log_episodes([_episode(i, step=i % 10) for i in range(40)])
+    run.log_traces([{"id": "bare-trace", "reward": 0.5}], step=3)
+    run.finish({"final": 1.0})
+    assert (run.dropped_records, run.failed_records, run.errors) == (0, {}, [])
+
+    doc = get(server.url, f"/runs/{run.id}")
+    assert doc["status"] == "completed" and doc["summary"] == {"final": 1.0}
+    assert doc["name"] == "online" and doc["kind"] == "train"
+    assert metric_points(server.url, run.id, "nested/acc")[5] == (5, 0.05)
+    assert len(metric_points(server.url, run.id, "loss")) == 100
+    episodes = all_episodes(server.url, run.id)
+    assert sorted(e["id"] for e in episodes) == sorted(f"ep-{i}" for i in range(40))
+    whole = get(server.url, f"/runs/{run.id}/episodes/ep-7")
+    assert whole["run"]["id"] == run.id and whole["run"]["work"]["step"] == 7
+    assert [t["id"] for t in all_episodes(server.url, run.id, stream="traces")] == ["bare-trace"]
+
+
+def test_ten_percent_faults_every_record_exactly_once(server, tmp_path, monkeypatch):
+    monkeypatch.setattr(sdk_http, "DEFAULT_TIMEOUT", httpx.Timeout(1.0, connect=1.0))
+    monkeypatch.setattr(sdk_pipeline, "BATCH_BYTES", 8 * 1024)  # many small requests
+    proxy = FaultProxy(server.url, rate=0.10, seed=7, hang_seconds=1.5).start()
+    try:
+        run = openruns.init(kind="train", base_url=proxy.url, dir=tmp_path / "local")
+        for step in range(400):
+            run.log_metrics({"loss": float(step), "reward": step / 400}, step=step)
+            if step % 2 == 0:
+                run.log_episodes([_episode(step, step)])
+        run.finish(timeout=120)
+    finally:
+        proxy.stop()
+    assert proxy.requests > 100 and sum(proxy.faults.values()) >= 10, proxy.faults
+    assert (run.dropped_records, run.failed_records) == (0, {}), run.errors
+    assert metric_points(server.url, run.id, "loss") == [(s, float(s)) for s in range(400)]
+    ids = [e["id"] for e in all_episodes(server.url, run.id)]
+    assert sorted(ids) == sorted(f"ep-{s}" for s in range(0, 400, 2))  # each exactly once
+    assert get(server.url, f"/runs/{run.id}")["status"] == "completed"
+
+
+def test_server_killed_and_back_30s_later_loses_nothing(server_process, tmp_path):
+    proc = server_process().start()
+    run = openruns.init(kind="train", base_url=proc.url, dir=tmp_path / "local")
+    slowest = 0.0
+    killed_at = restarted = None
+    start = time.monotonic()
+    step = 0
+    while True:
+        now = time.monotonic() - start
+        if killed_at is None and now > 2:
+            proc.kill()
+            killed_at = now
+        if killed_at is not None and restarted is None and now > killed_at + 30:
+            proc.start()
+            restarted = now
+        if restarted is not None and now > restarted + 2:
+            break
+        t0 = time.perf_counter()
+        run.log_metrics({"x": float(step)}, step=step)
+        if step % 5 == 0:
+            run.log_episodes([_episode(step, step, size=20_000)])
+        slowest = max(slowest, time.perf_counter() - t0)
+        step += 1
+        time.sleep(0.01)
+    run.finish(timeout=120)
+    assert slowest < 0.1, f"a log call took {slowest:.3f} s during the outage"
+    assert (run.dropped_records, run.failed_records) == (0, {}), run.errors
+    assert len(metric_points(proc.url, run.id, "x")) == step
+    ids = [e["id"] for e in all_episodes(proc.url, run.id)]
+    assert sorted(ids) == sorted(f"ep-{s}" for s in range(0, step, 5))
+    assert get(proc.url, f"/runs/{run.id}")["status"] == "completed"
+
+
+def test_forked_child_logs_into_the_online_run(server, tmp_path):
+    run = openruns.init(kind="train", base_url=server.url, dir=tmp_path / "local")
+    run.log_episodes([_episode(i, 0) for i in range(50)])
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            run.log_episodes([_episode(1000 + i, 1) for i in range(30)])
+            run.finish()
+            code = 0 if run.attached and not run.failed_records else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert get(server.url, f"/runs/{run.id}")["status"] == "running"
+    run.finish()
+    ids = [e["id"] for e in all_episodes(server.url, run.id)]
+    assert len(ids) == len(set(ids)) == 80
+
+
+def test_a_sigkilled_producer_is_marked_crashed(server_process, tmp_path):
+    proc = server_process("--heartbeat-timeout", "2").start()
+    code = f"""
+import time, openruns
+run = openruns.init(kind="train", base_url={proc.url!r}, dir={str(tmp_path / "local")!r})
+run.log_metrics({{"x": 1.0}}, step=0)
+run.flush()
+print(run.id, flush=True)
+time.sleep(60)
+"""
+    producer = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": SRC},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    run_id = producer.stdout.readline().strip()
+    assert get(proc.url, f"/runs/{run_id}")["status"] == "running"
+    producer.send_signal(signal.SIGKILL)
+    producer.wait(10)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        doc = get(proc.url, f"/runs/{run_id}")
+        if doc["status"] != "running":
+            break
+        time.sleep(0.5)
+    assert doc["status"] == "crashed"
+    assert "heartbeat" in doc["error"]
+
+
+def test_server_down_at_init_then_sync_uploads_everything_once(
+    server_process, tmp_path, monkeypatch
+):
+    from openruns.backends import server as backend_module
+
+    proc = server_process()  # not started: nothing listens on its port yet
+    monkeypatch.setattr(sdk_http, "DEFAULT_TIMEOUT", httpx.Timeout(0.5, connect=0.5))
+    monkeypatch.setattr(backend_module, "CONNECT_PATIENCE", 1.0)
+    run = openruns.init(kind="eval", name="late", base_url=proc.url, dir=tmp_path / "local")
+    for step in range(20):
+        run.log_metrics({"m": float(step)}, step=step)
+    run.log_episodes([_episode(i, 0) for i in range(10)])
+    run.finish(timeout=3)
+    assert run.dropped_records == 0
+    proc.start()
+    env = {**os.environ, "PYTHONPATH": SRC}
+    first = subprocess.run(
+        [sys.executable, "-m", "openruns.cli", "sync", str(run.dir), "--base-url", proc.url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert first.returncode == 0, first.stderr + first.stdout
+    assert "(30 records) uploaded" in first.stdout, first.stdout
+    doc = get(proc.url, f"/runs/{run.id}")
+    assert (doc["status"], doc["name"]) == ("completed", "late")
+    assert len(metric_points(proc.url, run.id, "m")) == 20
+    assert len(all_episodes(proc.url, run.id)) == 10
+    second = subprocess.run(
+        [sys.executable, "-m", "openruns.cli", "sync", str(run.dir), "--base-url", proc.url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert second.returncode == 0
+    assert " 0 batches (0 records) uploaded" in second.stdout, second.stdout
+
+
+def test_offline_run_synced_to_a_server(server, tmp_path):
+    run = openruns.init(kind="train", name="offline-first", mode="offline", dir=tmp_path / "runs")
+    for step in range(30):
+        run.log_metrics({"loss": step * 0.1}, step=step)
+    run.log_episodes([_episode(i, i) for i in range(12)])
+    run.fail("RuntimeError: diverged")
+    from openruns.sync import sync_run
+    from openruns.upload.http import ApiClient
+
+    result = sync_run(ApiClient(server.url, None), run.dir)
+    assert result.errors == [] and result.records == 42
+    doc = get(server.url, f"/runs/{run.id}")
+    assert (doc["status"], doc["error"]) == ("failed", "RuntimeError: diverged")
+    again = sync_run(ApiClient(server.url, None), run.dir)
+    assert (again.frames, again.skipped) == (0, result.frames)
+
+
+def test_a_wrong_key_fails_init(server_process, tmp_path):
+    proc = server_process("--auth").start()
+    with pytest.raises(openruns.UnauthorizedError):
+        openruns.init(base_url=proc.url, api_key="not-a-key", dir=tmp_path / "local")
