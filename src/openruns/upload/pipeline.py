@@ -140,8 +140,10 @@ class Pipeline:
         if not self._started:
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
+        # The sink must be done (its leftovers spooled) a little before the threads are given up.
+        sink_deadline = None if timeout is None else deadline - min(2.0, 0.2 * timeout)
         for lane in self._lanes.values():
-            lane.queue.put_control(Item("barrier", _Stop(deadline), 0, None, 0.0))
+            lane.queue.put_control(Item("barrier", _Stop(sink_deadline), 0, None, 0.0))
         for lane in self._lanes.values():
             lane.join(deadline)
         if all(lane.stopped for lane in self._lanes.values()):
