@@ -10,6 +10,7 @@ import math
 import random
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 __all__ = ["add_arguments", "make_episode", "run", "simulate_eval", "simulate_training"]
@@ -23,13 +24,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--interval", type=float, default=0.5, help="seconds between steps (default 0.5)"
     )
-    parser.add_argument("--mode", choices=("offline", "online"), default=None)
-    parser.add_argument("--dir", default=None, help="directory of offline runs")
+    parser.add_argument("--host", default="127.0.0.1", help="server address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8765, help="server port (default 8765)")
+    parser.add_argument(
+        "--data-dir", default=None, help="server data directory (default: the server's default)"
+    )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="no server: write offline runs under --dir (upload them with openruns sync)",
+    )
+    parser.add_argument("--dir", default=None, help="directory of offline runs and spools")
+    parser.add_argument(
+        "--exit", action="store_true", help="stop the server when the demo runs are done"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.offline:
+        _simulate(args, mode="offline", base_url=None)
+        return 0
+    from .server import default_data_dir, serve_in_thread
+
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+    server = serve_in_thread(data_dir=data_dir, host=args.host, port=args.port)
+    print(f"openruns server on the embedded store in {data_dir}")
+    print(f"dashboard: {server.url}/")
+    try:
+        _simulate(args, mode="online", base_url=server.url)
+        if not args.exit:
+            print(f"demo runs done; still serving {server.url}/ (Ctrl-C to stop)")
+            while True:
+                time.sleep(3600)
+    finally:
+        server.stop()
+    return 0
+
+
+def _simulate(args: argparse.Namespace, mode: str, base_url: str | None) -> None:
     import openruns
 
+    common = {"mode": mode, "base_url": base_url, "dir": args.dir, "tags": ["demo"]}
     train = openruns.init(
         kind="train",
         name="demo-rl",
@@ -38,27 +73,18 @@ def run(args: argparse.Namespace) -> int:
         framework="openruns-demo",
         training=openruns.TrainingSpec(max_steps=args.steps, batch_size=args.rollouts),
         config={"lr": 1e-6, "rollouts_per_example": args.rollouts, "envs": list(ENVS)},
-        mode=args.mode,
-        dir=args.dir,
-        tags=["demo"],
+        **common,
     )
     print(f"training run {train.id}: {train.url}")
     with train:
         simulate_training(train, args.steps, args.rollouts, args.interval)
     evaluation = openruns.init(
-        kind="eval",
-        name="demo-eval",
-        model="Qwen/Qwen3-0.6B",
-        environments=["math"],
-        mode=args.mode,
-        dir=args.dir,
-        tags=["demo"],
+        kind="eval", name="demo-eval", model="Qwen/Qwen3-0.6B", environments=["math"], **common
     )
     with evaluation:
         episodes = simulate_eval(evaluation, 64)
         evaluation.update_summary(openruns.metrics.from_episodes(episodes))
     print(f"eval run {evaluation.id}: {evaluation.url}")
-    return 0
 
 
 def simulate_training(run: Any, steps: int, rollouts: int, interval: float) -> None:
