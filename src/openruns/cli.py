@@ -11,6 +11,8 @@ __all__ = ["main"]
 # name -> (module, help). Each module has `add_arguments(parser)` and `run(args) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("openruns.demo", "stream a simulated RL run and an eval (offline or into a server)"),
+    "server": ("openruns.server.cli", "start the tracking server (API and dashboard)"),
+    "keys": ("openruns.server.keys_cli", "create, list and revoke the server's API keys"),
     "sync": ("openruns.sync", "upload offline runs and leftover spools to a server"),
     "run": ("openruns.launch.run_command", "own a run around one command: openruns run -- CMD"),
     "launch": ("openruns.launch.launch_command", "start a job's components under one run"),

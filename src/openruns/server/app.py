@@ -1,0 +1,84 @@
+"""
+The ASGI application.
+
+    app = create_app(ServerSettings(data_dir=Path("data")))
+
+`create_app` assembles small parts: the lifespan (open the store, run the crash sweeper, close),
+the body-size middleware, the error handlers, the API routers under /api/v1, and the dashboard
+router (web/) at the root. Pass an already-open `state` to keep startup errors out of the
+lifespan (serve.py does, so they can be reported in one line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from .. import __version__
+from .config import ServerSettings
+from .handlers import install_handlers
+from .limits import BodyLimit
+from .routes import ROUTERS
+from .state import ServerState
+from .web import router as web_router
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger("openruns.server")
+
+API_PREFIX = "/api/v1"
+# The sweep interval: often enough that a crash shows within ~1/4 of the timeout, at most 30 s.
+_MAX_SWEEP_SECONDS = 30.0
+
+
+def create_app(settings: ServerSettings, state: ServerState | None = None) -> FastAPI:
+    if state is None:
+        settings.auth_enabled()  # refuse an unsafe bind before anything else
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        current = state if state is not None else ServerState.open(settings)
+        app.state.server = current
+        sweeper = asyncio.create_task(_sweep_forever(current))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            current.close()
+
+    app = FastAPI(
+        title="openruns",
+        version=__version__,
+        description="Run tracker for LLM evaluation and RL training: the native API (v1).",
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    install_handlers(app)
+    app.add_middleware(
+        BodyLimit, json_limit=settings.max_json_bytes, ingest_limit=settings.max_body_bytes
+    )
+    for router in ROUTERS:
+        app.include_router(router, prefix=API_PREFIX)
+    app.include_router(web_router)
+    return app
+
+
+async def _sweep_forever(state: ServerState) -> None:
+    interval = min(_MAX_SWEEP_SECONDS, max(0.05, state.settings.heartbeat_timeout / 4))
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            crashed = await state.store.sweep()
+        except Exception:  # a busy database: try again at the next tick
+            logger.warning("openruns: the crash sweep failed; retrying", exc_info=True)
+            continue
+        if crashed:
+            logger.info("openruns: marked %d silent run(s) crashed", crashed)

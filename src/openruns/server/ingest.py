@@ -1,0 +1,131 @@
+"""
+Bulk uploads: metrics rows and episode segments, from request body to committed receipt.
+
+Both follow the same steps: admit (503 when the server is full), read the body (413), answer a
+known Idempotency-Key with its first receipt before any other work, decompress (415, 413),
+parse (400 naming the line), then store. A request without an Idempotency-Key is keyed by the
+SHA-256 of its decompressed body, the key the SDK sends, so every upload is safe to replay.
+
+Episodes: the segment blob is fsynced and renamed into place before the index rows and the
+receipt commit in one transaction, so a 2xx means both are durable, and a crash in between
+leaves only an unreferenced blob, never an index row pointing at nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from ..rundir import batch_key
+from .body import decompress, iter_objects, read_body
+from .errors import bad_request
+from .limits import Ticket
+from .segments import build_segment
+from .state import ServerState
+from .store.metrics import MAX_STEP
+from .store.runs import require_running_or_grace
+
+__all__ = ["MAX_KEY_CHARS", "parse_metrics", "upload_episodes", "upload_metrics"]
+
+MAX_KEY_CHARS = 512
+
+Points = dict[tuple[str, int], tuple[float, float | None]]
+
+
+async def upload_metrics(
+    state: ServerState, request: Request, run: dict[str, Any], key: str | None
+) -> dict[str, Any]:
+    require_running_or_grace(run, time.time(), state.settings.finish_grace)
+    with state.gate.admit() as ticket:
+        data, key, prior = await _receive(state, request, run, "metrics", key, ticket)
+        if prior is not None:
+            return prior
+        rows, points = await run_in_threadpool(parse_metrics, data)
+        return await state.store.ingest_metrics(run["seq"], key, points, rows)
+
+
+async def upload_episodes(
+    state: ServerState, request: Request, run: dict[str, Any], key: str | None, stream: str
+) -> dict[str, Any]:
+    require_running_or_grace(run, time.time(), state.settings.finish_grace)
+    with state.gate.admit() as ticket:
+        data, key, prior = await _receive(state, request, run, stream, key, ticket)
+        if prior is not None:
+            return prior
+        segment = await run_in_threadpool(build_segment, data)
+        if not segment.rows:
+            return {"status": "committed", "records": 0, "receipt": key}
+        blob_key = f"runs/{run['seq']}/{stream}/{secrets.token_hex(12)}.ndjson.zst"
+        await run_in_threadpool(state.blobs.put_atomic, blob_key, segment.blob)
+        return await state.store.commit_segment(
+            run["seq"], key, stream, blob_key, len(segment.blob), segment.rows
+        )
+
+
+async def _receive(
+    state: ServerState,
+    request: Request,
+    run: dict[str, Any],
+    kind: str,
+    key: str | None,
+    ticket: Ticket,
+) -> tuple[bytes, str, dict[str, Any] | None]:
+    """(decompressed body, idempotency key, the earlier receipt of that key or None)."""
+    settings = state.settings
+    body = await read_body(request, settings.max_body_bytes, ticket.add)
+    if key is not None:
+        prior = await state.store.receipt(run["seq"], kind, key)
+        if prior is not None:
+            return b"", key, prior
+    encoding = request.headers.get("content-encoding")
+    data = await run_in_threadpool(decompress, body, encoding, settings.max_decompressed_bytes)
+    if key is None:
+        key = batch_key(data)
+        prior = await state.store.receipt(run["seq"], kind, key)
+        if prior is not None:
+            return b"", key, prior
+    return data, key, None
+
+
+def parse_metrics(data: bytes) -> tuple[int, Points]:
+    """
+    (rows, {(key, step): (value, ts)}) from NDJSON rows `{"step", "ts", "values"}`; within a
+    batch the last row of a (key, step) wins, as across batches. 400 names the bad line.
+    """
+    points: Points = {}
+    rows = 0
+    for lineno, _, _, row in iter_objects(data):
+        step = row.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+            raise _bad_row(lineno, f"step must be an integer from 0 to {MAX_STEP}, got {step!r}")
+        ts = row.get("ts")
+        if ts is not None and not _is_finite(ts):
+            raise _bad_row(lineno, f"ts must be a number (epoch seconds), got {ts!r}")
+        values = row.get("values")
+        if not isinstance(values, dict):
+            raise _bad_row(lineno, "values must be an object of metric name to number")
+        for name, value in values.items():
+            if not name or len(name) > MAX_KEY_CHARS:
+                raise _bad_row(lineno, f"metric names must have 1 to {MAX_KEY_CHARS} characters")
+            if not _is_finite(value) and not isinstance(value, bool):
+                raise _bad_row(lineno, f"values[{name!r}] must be a finite number, got {value!r}")
+            points[(name, step)] = (float(value), None if ts is None else float(ts))
+        rows += 1
+    return rows, points
+
+
+def _is_finite(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True  # orjson's integers fit in 64 bits
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def _bad_row(lineno: int, message: str) -> Exception:
+    return bad_request("invalid_metrics", f"line {lineno}: {message}")

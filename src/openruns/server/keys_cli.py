@@ -1,0 +1,71 @@
+"""
+`openruns keys`: manage API keys in a server's data directory (works while it runs).
+
+    openruns keys create --team research     # prints the key, once
+    openruns keys list
+    openruns keys revoke 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Manage the API keys of a server's data directory. Keys belong to a team and see only "
+        "that team's runs; only a hash is stored, so a key is shown once, when created."
+    )
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = sub.add_parser("create", help="create a key for a team and print it")
+    create.add_argument("--team", required=True, help="the team the key acts for")
+    listing = sub.add_parser("list", help="list keys (ids, teams, prefixes; never the keys)")
+    listing.add_argument("--team", default=None, help="only this team's keys")
+    revoke = sub.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("key_id", type=int, help="the id shown by `openruns keys list`")
+    for command in (create, listing, revoke):
+        command.add_argument(
+            "--data-dir",
+            type=Path,
+            default=None,
+            help="the server's data directory (default $OPENRUNS_DATA_DIR, else "
+            "$XDG_DATA_HOME/openruns, i.e. ~/.local/share/openruns)",
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    from .config import ServerSettings, default_data_dir
+    from .store import Store
+    from .store import keys as key_sql
+
+    settings = ServerSettings(data_dir=args.data_dir or default_data_dir())
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        store = Store.open(settings.database_url)
+    except Exception as exc:
+        print(f"openruns keys: cannot open {settings.data_dir}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if args.action == "create":
+            key_id, key = store.db.write_sync(key_sql.create_key, args.team)
+            print(key)
+            print(
+                f"key {key_id} of team {args.team!r}: store it now, it is not shown again",
+                file=sys.stderr,
+            )
+        elif args.action == "list":
+            for row in store.db.read_sync(key_sql.list_keys, args.team):
+                created = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["created_at"]))
+                state = "revoked" if row["revoked_at"] else "active"
+                print(f"{row['id']}\t{row['team_id']}\t{row['prefix']}...\t{created}\t{state}")
+        elif not store.db.write_sync(key_sql.revoke_key, args.key_id):
+            print(f"openruns keys: no active key {args.key_id}", file=sys.stderr)
+            return 1
+    finally:
+        store.close()
+    return 0

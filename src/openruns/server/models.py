@@ -1,0 +1,177 @@
+"""
+The JSON shapes of the API, as pydantic models: request bodies (validated; unknown fields are
+rejected so a typo is an error, not a silent no-op) and responses (for the OpenAPI document;
+handlers build responses as plain dicts and serialize them with orjson).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from ..spec import MAX_CONFIG_SOURCE_BYTES
+
+__all__ = [
+    "EpisodeRow",
+    "EpisodesPage",
+    "EpisodesReceipt",
+    "Health",
+    "MetricKey",
+    "MetricSeries",
+    "MetricsReceipt",
+    "RunCreate",
+    "RunCreated",
+    "RunFinish",
+    "RunList",
+    "RunOut",
+    "RunPatch",
+    "StepRow",
+]
+
+RUN_ID_PATTERN = r"^[0-9A-Za-z_.-]{1,64}$"
+MAX_INT = 2**63 - 1
+
+RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+ShortText = Annotated[str, StringConstraints(max_length=1024)]
+LongText = Annotated[str, StringConstraints(max_length=100_000)]
+TeamId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+Status = Literal["running", "completed", "failed", "cancelled", "crashed"]
+Terminal = Literal["completed", "failed", "cancelled", "crashed"]
+Count = Annotated[int, Field(ge=0, le=MAX_INT)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ConfigIn(_Body):
+    format: Literal["toml", "json", "yaml", "text"]
+    text: Annotated[str, StringConstraints(max_length=MAX_CONFIG_SOURCE_BYTES)]
+    filename: ShortText | None = None
+
+
+class Losses(_Body):
+    dropped_records: Count = 0
+    failed_records: dict[ShortText, Count] = Field(default_factory=dict)
+
+
+class RunCreate(_Body):
+    id: RunId | None = Field(None, description="client-chosen id; a repeat returns that run")
+    kind: Literal["eval", "train"]
+    name: ShortText | None = None
+    model: ShortText | None = None
+    environments: list[dict[str, Any]] = Field(default_factory=list, max_length=1000)
+    framework: ShortText | None = None
+    description: LongText | None = None
+    tags: list[Tag] = Field(default_factory=list, max_length=100)
+    config: ConfigIn | None = None
+    training: dict[str, Any] | None = None
+    team_id: TeamId | None = None
+
+
+class RunPatch(_Body):
+    summary: dict[str, Any] | None = Field(None, description="merged into the summary by key")
+    tags: list[Tag] | None = Field(None, max_length=100)
+    description: LongText | None = None
+    losses: Losses | None = None
+
+
+class RunFinish(_Body):
+    status: Terminal
+    error: LongText | None = None
+    summary: dict[str, Any] | None = None
+    losses: Losses | None = None
+
+
+class RunOut(BaseModel):
+    id: str
+    kind: str
+    name: str | None
+    model: str | None
+    environments: list[dict[str, Any]]
+    framework: str | None
+    description: str | None
+    tags: list[str]
+    config: dict[str, Any] | None
+    training: dict[str, Any] | None
+    team_id: str
+    status: Status
+    error: str | None
+    summary: dict[str, Any]
+    losses: dict[str, Any]
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+    last_heartbeat_at: float | None
+    url: str
+
+
+class RunCreated(RunOut):
+    token: str = Field(description="per-run token: reads and writes this run only")
+
+
+class RunList(BaseModel):
+    items: list[RunOut]
+    next_cursor: str | None
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    version: str
+    encodings: list[str]
+    heartbeat_timeout: float
+
+
+class MetricsReceipt(BaseModel):
+    status: Literal["committed"]
+    rows: int
+    receipt: str
+
+
+class EpisodesReceipt(BaseModel):
+    status: Literal["committed"]
+    records: int
+    receipt: str
+
+
+class MetricKey(BaseModel):
+    key: str
+    last_step: int
+    last_value: float
+    count: int
+
+
+class Series(BaseModel):
+    step: list[int]
+    value: list[float]
+    min: list[float]
+    max: list[float]
+
+
+class MetricSeries(BaseModel):
+    series: dict[str, Series]
+    downsampled: bool
+
+
+class StepRow(BaseModel):
+    step: int | None
+    count: int
+    avg_reward: float | None
+
+
+class EpisodeRow(BaseModel):
+    id: str
+    stream: str
+    step: int | None
+    reward: float | None
+    env: str | None
+    ok: bool | None
+    tokens: int | None
+    duration: float | None
+
+
+class EpisodesPage(BaseModel):
+    items: list[EpisodeRow]
+    next_cursor: str | None

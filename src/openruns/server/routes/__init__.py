@@ -1,0 +1,9 @@
+"""The API routers, mounted under /api/v1 by app.py."""
+
+from __future__ import annotations
+
+from . import episodes, export, health, metrics, runs
+
+__all__ = ["ROUTERS"]
+
+ROUTERS = (health.router, runs.router, metrics.router, episodes.router, export.router)

@@ -1,0 +1,119 @@
+"""Runs: create (idempotent), list, read, patch, finish (compare-and-set), heartbeat."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Query
+
+from ...identity import new_run_id
+from ..auth import run_token
+from ..errors import forbidden
+from ..handlers import JSON
+from ..models import RunCreate, RunCreated, RunFinish, RunList, RunOut, RunPatch, Status
+from .deps import (
+    Caller,
+    State,
+    decode_cursor,
+    encode_cursor,
+    public_run,
+    readable_run,
+    writable_run,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["runs"])
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(max_length=256, description="a replay with the same key returns the same run"),
+]
+
+
+@router.post(
+    "/runs",
+    status_code=201,
+    response_model=RunCreated,
+    responses={200: {"model": RunCreated, "description": "the run already existed"}},
+)
+async def create_run(
+    body: RunCreate, state: State, caller: Caller, idempotency_key: IdempotencyKey = None
+) -> JSON:
+    """Create a run, or return the one an earlier call with this `id` / Idempotency-Key made."""
+    if not caller.can_create:
+        raise forbidden("a run token cannot create runs; use an API key")
+    if caller.team_id is None:
+        team_id = body.team_id or "default"
+    elif body.team_id in (None, caller.team_id):
+        team_id = caller.team_id
+    else:
+        raise forbidden(f"this API key belongs to team {caller.team_id!r}, not {body.team_id!r}")
+    fields = body.model_dump(exclude={"team_id", "config"})
+    fields["id"] = body.id or new_run_id()
+    fields["config"] = body.config.model_dump(exclude_none=True) if body.config else None
+    run, created = await state.store.create_run(team_id, fields, idempotency_key)
+    out = {**public_run(state, run), "token": run_token(state.store.secret, run["id"])}
+    return JSON(out, 201 if created else 200)
+
+
+@router.get("/runs", response_model=RunList)
+async def list_runs(
+    state: State,
+    caller: Caller,
+    kind: Literal["eval", "train"] | None = None,
+    status: Status | None = None,
+    name: Annotated[str | None, Query(max_length=1024, description="substring")] = None,
+    tag: Annotated[str | None, Query(max_length=256)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> JSON:
+    """Runs newest first, one page at a time (pass `next_cursor` back as `cursor`)."""
+    after = decode_cursor(cursor, ((int,),))
+    page = await state.store.list_runs(
+        team_id=caller.team_id,
+        only_run=caller.run_id,
+        kind=kind,
+        status=status,
+        name=name,
+        tag=tag,
+        limit=limit + 1,
+        before_seq=after[0] if after else None,
+    )
+    next_cursor = encode_cursor([page[limit - 1]["seq"]]) if len(page) > limit else None
+    items = [public_run(state, run) for run in page[:limit]]
+    return JSON({"items": items, "next_cursor": next_cursor})
+
+
+@router.get("/runs/{run_id}", response_model=RunOut)
+async def get_run(run_id: str, state: State, caller: Caller) -> JSON:
+    return JSON(public_run(state, await readable_run(state, caller, run_id)))
+
+
+@router.patch("/runs/{run_id}", response_model=RunOut)
+async def patch_run(run_id: str, body: RunPatch, state: State, caller: Caller) -> JSON:
+    """Merge into the summary; replace tags, description (null clears it) and losses."""
+    run = await writable_run(state, caller, run_id)
+    given = body.model_dump(exclude_unset=True)
+    changes = {k: v for k, v in given.items() if v is not None or k == "description"}
+    return JSON(public_run(state, await state.store.patch_run(run, changes)))
+
+
+@router.post(
+    "/runs/{run_id}/finish",
+    response_model=RunOut,
+    responses={409: {"description": "the run already finished with another status"}},
+)
+async def finish_run(run_id: str, body: RunFinish, state: State, caller: Caller) -> JSON:
+    """Close a running run. The same status again is a no-op (200); another one is 409."""
+    run = await writable_run(state, caller, run_id)
+    changes = {k: v for k, v in body.model_dump(include={"summary", "losses"}).items() if v}
+    run = await state.store.finish_run(run, body.status, body.error, changes)
+    return JSON(public_run(state, run))
+
+
+@router.post("/runs/{run_id}/heartbeat")
+async def heartbeat(run_id: str, state: State, caller: Caller) -> JSON:
+    """The owner is alive; answers the run's status (a finished run stays finished)."""
+    run = await writable_run(state, caller, run_id)
+    return JSON({"status": await state.store.heartbeat(run)})

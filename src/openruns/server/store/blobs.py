@@ -1,0 +1,97 @@
+"""
+Blob storage for episode segments: written once, never edited.
+
+`BlobStore` is the interface a backend implements (a local directory here; S3 later, where
+put_atomic is a single PUT). `LocalBlobStore.put_atomic` writes a temporary file, fsyncs it,
+renames it into place and fsyncs the directory, so once it returns the blob is durable, and a
+crash at any point leaves either no blob or the whole blob under its key, never a torn one.
+All methods block; call them off the event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Protocol
+
+__all__ = ["BlobStore", "LocalBlobStore"]
+
+
+class BlobStore(Protocol):
+    def put_atomic(self, key: str, data: bytes) -> None:
+        """Store `data` under `key`; durable when this returns."""
+        ...
+
+    def get(self, key: str) -> bytes:
+        """The whole blob; FileNotFoundError when there is none."""
+        ...
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        """`length` bytes from `offset` (fewer at the end of the blob)."""
+        ...
+
+    def exists(self, key: str) -> bool: ...
+
+
+class LocalBlobStore:
+    """Blobs as files under `root`; keys are relative paths of safe segments."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def put_atomic(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        _makedirs_durable(path.parent)
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+
+    def get(self, key: str) -> bytes:
+        return self._path(key).read_bytes()
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        with self._path(key).open("rb") as fh:
+            fh.seek(offset)
+            return fh.read(length)
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def _path(self, key: str) -> Path:
+        parts = key.split("/")
+        if not key or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+            raise ValueError(f"invalid blob key {key!r}")
+        return self.root.joinpath(*parts)
+
+
+def _makedirs_durable(path: Path) -> None:
+    """mkdir -p, fsyncing the parent of every directory created (its entry must survive too)."""
+    if path.is_dir():
+        return
+    _makedirs_durable(path.parent)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        return
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

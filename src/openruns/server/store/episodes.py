@@ -1,0 +1,171 @@
+"""
+The episode index: one row per stored episode or trace, pointing into its segment blob.
+
+Listing uses keyset pages over (sort column, seq) with NULLs last, so deep pages cost the same
+as the first; the cursor carries the last row's sort value and seq.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, insert, or_, select
+
+from .schema import episodes, segments
+
+__all__ = [
+    "INDEX_COLUMNS",
+    "SORTS",
+    "add_segment",
+    "list_episodes",
+    "locate",
+    "page_for_export",
+    "segment_keys",
+    "steps",
+]
+
+# The index fields a reader sees (and the export's columns), in order.
+INDEX_COLUMNS = ("id", "stream", "step", "reward", "env", "ok", "tokens", "duration")
+SORTS = {"step": ("step", False), "reward": ("reward", False), "-reward": ("reward", True)}
+
+_e = episodes
+_PUBLIC = (
+    _e.c.episode_id.label("id"),
+    _e.c.stream,
+    _e.c.step,
+    _e.c.reward,
+    _e.c.env,
+    _e.c.ok,
+    _e.c.tokens,
+    _e.c.duration,
+)
+
+
+def add_segment(
+    conn: Connection,
+    run_seq: int,
+    stream: str,
+    blob_key: str,
+    nbytes: int,
+    rows: list[dict[str, Any]],
+    now: float,
+) -> None:
+    segment_id = conn.execute(
+        insert(segments).values(
+            run_seq=run_seq,
+            stream=stream,
+            blob_key=blob_key,
+            records=len(rows),
+            bytes=nbytes,
+            created_at=now,
+        )
+    ).inserted_primary_key[0]
+    if rows:
+        conn.execute(
+            insert(episodes),
+            [{**r, "run_seq": run_seq, "stream": stream, "segment_id": segment_id} for r in rows],
+        )
+
+
+def list_episodes(
+    conn: Connection,
+    run_seq: int,
+    *,
+    stream: str,
+    step: int | None,
+    env: str | None,
+    ok: bool | None,
+    sort: str,
+    limit: int,
+    after: tuple[Any, int] | None,
+) -> tuple[list[dict[str, Any]], tuple[Any, int] | None]:
+    """A page of index rows and the cursor of the next page (None at the end)."""
+    name, descending = SORTS[sort]
+    col = _e.c[name]
+    query = select(*_PUBLIC, col.label("_key"), _e.c.seq).where(
+        _e.c.run_seq == run_seq, _e.c.stream == stream
+    )
+    if step is not None:
+        query = query.where(_e.c.step == step)
+    if env is not None:
+        query = query.where(_e.c.env == env)
+    if ok is not None:
+        query = query.where(_e.c.ok == ok)
+    if after is not None:
+        value, seq = after
+        if value is None:
+            query = query.where(col.is_(None), _e.c.seq > seq)
+        else:
+            beyond = col < value if descending else col > value
+            query = query.where(
+                or_(col.is_(None), beyond, and_(col == value, _e.c.seq > seq)),
+            )
+    order = col.desc() if descending else col.asc()
+    query = query.order_by(col.is_(None), order, _e.c.seq).limit(limit + 1)
+    rows = [dict(r) for r in conn.execute(query).mappings()]
+    cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        cursor = (rows[-1]["_key"], rows[-1]["seq"])
+    for row in rows:
+        del row["_key"], row["seq"]
+    return rows, cursor
+
+
+def locate(conn: Connection, run_seq: int, episode_id: str) -> dict[str, Any] | None:
+    """Where a record is stored (the latest one, should an id have been logged twice)."""
+    query = (
+        select(_e.c.frame_offset, _e.c.frame_length, _e.c.offset, _e.c.length, segments.c.blob_key)
+        .join(segments, segments.c.id == _e.c.segment_id)
+        .where(_e.c.run_seq == run_seq, _e.c.episode_id == episode_id)
+        .order_by(_e.c.seq.desc())
+        .limit(1)
+    )
+    row = conn.execute(query).mappings().first()
+    return dict(row) if row else None
+
+
+def steps(conn: Connection, run_seq: int, stream: str) -> list[dict[str, Any]]:
+    query = (
+        select(
+            _e.c.step,
+            func.count().label("count"),
+            func.avg(_e.c.reward).label("avg_reward"),
+        )
+        .where(_e.c.run_seq == run_seq, _e.c.stream == stream)
+        .group_by(_e.c.step)
+        .order_by(_e.c.step.is_(None), _e.c.step)
+    )
+    return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def page_for_export(
+    conn: Connection, run_seq: int, stream: str, after_seq: int, limit: int
+) -> list[dict[str, Any]]:
+    """Index rows in storage order with their locations, for exports."""
+    query = (
+        select(
+            *_PUBLIC,
+            _e.c.seq,
+            _e.c.frame_offset,
+            _e.c.frame_length,
+            _e.c.offset,
+            _e.c.length,
+            segments.c.blob_key,
+        )
+        .join(segments, segments.c.id == _e.c.segment_id)
+        .where(_e.c.run_seq == run_seq, _e.c.stream == stream, _e.c.seq > after_seq)
+        .order_by(_e.c.seq)
+        .limit(limit)
+    )
+    return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def segment_keys(conn: Connection, run_seq: int, stream: str) -> list[str]:
+    """Blob keys of a run's segments of one stream, in upload order."""
+    query = (
+        select(segments.c.blob_key)
+        .where(segments.c.run_seq == run_seq, segments.c.stream == stream)
+        .order_by(segments.c.id)
+    )
+    return list(conn.execute(query).scalars())

@@ -1,0 +1,289 @@
+"""
+Metric points: upsert per (key, step), block summaries, and series reads.
+
+Writes merge per (run, step, key), last write wins, so a replayed batch changes nothing. After
+the points of an upload are written, the summaries (count, min, max, last) of every block they
+touched are rebuilt, level by level, from the level below (schema.BLOCK_SIZES).
+
+A downsampled read covers [lo, hi] with the coarsest blocks that fit inside it and finer blocks
+(down to single points) at its edges, then folds those into buckets of `width` steps (a
+multiple of the block size, so no block straddles two buckets): per bucket the last value and
+its step, and the min and max of every point in it. A 1,000,000-step series at 1000 points reads
+about 4000 block rows instead of a million points.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, insert, literal, select
+
+from .schema import BLOCK_SIZES, metric_blocks, metric_keys, metric_points
+from .sql import executemany, upsert
+
+__all__ = [
+    "MAX_STEP",
+    "key_ids",
+    "key_stats",
+    "points_page",
+    "run_keys",
+    "series",
+    "write_points",
+]
+
+MAX_STEP = 2**63 - 1
+_IN_CHUNK = 500
+
+# (count, min, max, last_step, last_value): a block, or a single point (count 1).
+Summary = tuple[int, float, float, int, float]
+
+
+def write_points(
+    conn: Connection, run_seq: int, points: dict[tuple[str, int], tuple[float, float | None]]
+) -> int:
+    """Upsert {(key, step): (value, ts)} and rebuild the touched block summaries."""
+    if not points:
+        return 0
+    ids = key_ids(conn, run_seq, {name for name, _ in points}, create=True)
+    rows = [(ids[name], step, value, ts) for (name, step), (value, ts) in points.items()]
+    stmt = upsert(conn, metric_points, ("key_id", "step"), ("value", "ts"))
+    executemany(conn, stmt, ("key_id", "step", "value", "ts"), rows)
+    touched: dict[int, set[int]] = {}
+    for name, step in points:
+        touched.setdefault(ids[name], set()).add(step // BLOCK_SIZES[0])
+    _rebuild_blocks(conn, touched)
+    return len(rows)
+
+
+def key_ids(conn: Connection, run_seq: int, names: Iterable[str], create: bool) -> dict[str, int]:
+    """{name: key id} for the run's metric keys among `names` (created when `create`)."""
+    wanted = sorted(set(names))
+    found: dict[str, int] = {}
+    for i in range(0, len(wanted), _IN_CHUNK):
+        chunk = wanted[i : i + _IN_CHUNK]
+        query = select(metric_keys.c.name, metric_keys.c.id).where(
+            metric_keys.c.run_seq == run_seq, metric_keys.c.name.in_(chunk)
+        )
+        found.update((name, key_id) for name, key_id in conn.execute(query).tuples())
+    missing = [n for n in wanted if n not in found]
+    if create and missing:
+        conn.execute(insert(metric_keys), [{"run_seq": run_seq, "name": n} for n in missing])
+        found.update(key_ids(conn, run_seq, missing, create=False))
+    return found
+
+
+_BLOCK_COLUMNS = ("key_id", "level", "block", "count", "min", "max", "last_step", "last_value")
+
+
+def _rebuild_blocks(conn: Connection, touched: dict[int, set[int]]) -> None:
+    """Recompute the summaries of the touched level-1 blocks and of their parents."""
+    stmt = upsert(conn, metric_blocks, _BLOCK_COLUMNS[:3], _BLOCK_COLUMNS[3:])
+    for level in range(1, len(BLOCK_SIZES) + 1):
+        # Keys of one upload usually share their steps: one query per distinct block range.
+        groups: dict[tuple[int, int], list[int]] = {}
+        for key_id, blocks in touched.items():
+            for span in _spans(sorted(blocks)):
+                groups.setdefault(span, []).append(key_id)
+        rows: list[tuple] = []
+        for (first, last), ids in groups.items():
+            rows.extend(_summarize(conn, level, ids, first, last))
+        executemany(conn, stmt, _BLOCK_COLUMNS, rows)
+        if level < len(BLOCK_SIZES):
+            ratio = BLOCK_SIZES[level] // BLOCK_SIZES[level - 1]
+            touched = {k: {b // ratio for b in blocks} for k, blocks in touched.items()}
+
+
+def _summarize(conn: Connection, level: int, ids: list[int], first: int, last: int) -> list[tuple]:
+    """Level-`level` summaries of blocks first..last of keys `ids`, from the level below, as
+    rows of _BLOCK_COLUMNS."""
+    if level == 1:
+        size = BLOCK_SIZES[0]
+        p = metric_points
+        block = (p.c.step // size).label("block")
+        agg = select(
+            p.c.key_id,
+            literal(level).label("level"),
+            block,
+            func.count().label("count"),
+            func.min(p.c.value).label("min"),
+            func.max(p.c.value).label("max"),
+            func.max(p.c.step).label("last_step"),
+        ).where(p.c.step >= first * size, p.c.step < (last + 1) * size)
+        key_col = p.c.key_id
+    else:
+        ratio = BLOCK_SIZES[level - 1] // BLOCK_SIZES[level - 2]
+        b = metric_blocks.alias("below")
+        block = (b.c.block // ratio).label("block")
+        agg = select(
+            b.c.key_id,
+            literal(level).label("level"),
+            block,
+            func.sum(b.c.count).label("count"),
+            func.min(b.c.min).label("min"),
+            func.max(b.c.max).label("max"),
+            func.max(b.c.last_step).label("last_step"),
+        ).where(b.c.level == level - 1, b.c.block >= first * ratio, b.c.block < (last + 1) * ratio)
+        key_col = b.c.key_id
+    rows: list[tuple] = []
+    for i in range(0, len(ids), _IN_CHUNK):
+        sub = agg.where(key_col.in_(ids[i : i + _IN_CHUNK])).group_by(key_col, block).subquery()
+        p = metric_points
+        query = select(sub, p.c.value).join(
+            p, and_(p.c.key_id == sub.c.key_id, p.c.step == sub.c.last_step)
+        )
+        rows.extend(tuple(row) for row in conn.execute(query))
+    return rows
+
+
+def _spans(blocks: list[int]) -> Iterable[tuple[int, int]]:
+    """Runs of consecutive numbers in a sorted list, as (first, last)."""
+    start = prev = blocks[0]
+    for b in blocks[1:]:
+        if b != prev + 1:
+            yield start, prev
+            start = b
+        prev = b
+    yield start, prev
+
+
+def key_stats(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
+    """[{key, last_step, last_value, count}] of every metric key of a run, by key name."""
+    top = len(BLOCK_SIZES)
+    k, b, p = metric_keys, metric_blocks, metric_points
+    agg = (
+        select(
+            b.c.key_id,
+            func.sum(b.c.count).label("count"),
+            func.max(b.c.last_step).label("last_step"),
+        )
+        .where(b.c.level == top, b.c.key_id.in_(select(k.c.id).where(k.c.run_seq == run_seq)))
+        .group_by(b.c.key_id)
+        .subquery()
+    )
+    query = (
+        select(k.c.name.label("key"), agg.c.last_step, p.c.value.label("last_value"), agg.c.count)
+        .join(agg, agg.c.key_id == k.c.id)
+        .join(p, and_(p.c.key_id == k.c.id, p.c.step == agg.c.last_step))
+        .order_by(k.c.name)
+    )
+    return [dict(row) for row in conn.execute(query).mappings()]
+
+
+def series(
+    conn: Connection,
+    run_seq: int,
+    names: list[str] | None,
+    step_min: int,
+    step_max: int,
+    max_points: int,
+) -> tuple[dict[str, dict[str, list[Any]]], bool]:
+    """
+    ({key: {step, value, min, max}}, downsampled) for the named keys (all when None; unknown
+    names are left out) over steps step_min..step_max. max_points=0: every point.
+    """
+    if names is None:
+        ids = dict(run_keys(conn, run_seq))
+    else:
+        found = key_ids(conn, run_seq, names, create=False)
+        ids = {n: found[n] for n in dict.fromkeys(names) if n in found}
+    out: dict[str, dict[str, list[Any]]] = {}
+    downsampled = False
+    for name, key_id in ids.items():
+        summaries, bucketed = _series(conn, key_id, step_min, step_max, max_points)
+        downsampled |= bucketed
+        out[name] = {
+            "step": [s[3] for s in summaries],
+            "value": [s[4] for s in summaries],
+            "min": [s[1] for s in summaries],
+            "max": [s[2] for s in summaries],
+        }
+    return out, downsampled
+
+
+def _series(
+    conn: Connection, key_id: int, step_min: int, step_max: int, max_points: int
+) -> tuple[list[Summary], bool]:
+    p = metric_points
+    in_range = and_(p.c.key_id == key_id, p.c.step >= step_min, p.c.step <= step_max)
+    if max_points:
+        limited = select(literal(1)).where(in_range).limit(max_points + 1).subquery()
+        if conn.execute(select(func.count()).select_from(limited)).scalar_one() > max_points:
+            lo = conn.execute(select(func.min(p.c.step)).where(in_range)).scalar_one()
+            hi = conn.execute(select(func.max(p.c.step)).where(in_range)).scalar_one()
+            return _downsample(conn, key_id, lo, hi, max_points), True
+    rows = conn.execute(select(p.c.step, p.c.value).where(in_range).order_by(p.c.step))
+    return [(1, v, v, s, v) for s, v in rows.tuples()], False
+
+
+def _downsample(conn: Connection, key_id: int, lo: int, hi: int, max_points: int) -> list[Summary]:
+    span = hi - lo + 1
+    level = 0
+    while level < len(BLOCK_SIZES) and BLOCK_SIZES[level] <= span / max_points:
+        level += 1
+    unit = BLOCK_SIZES[level - 1] if level else 1
+    if max_points == 1:
+        width = hi + 1
+    else:
+        # Buckets are aligned to multiples of `width` (so blocks never straddle one); with
+        # (hi - lo + 1) / width <= max_points - 1 there are at most max_points of them.
+        width = unit * math.ceil(math.ceil(span / (max_points - 1)) / unit)
+    out: list[Summary] = []
+    current = -1
+    for count, vmin, vmax, last_step, last_value in _cover(conn, key_id, lo, hi, level):
+        bucket = last_step // width
+        if bucket != current:
+            out.append((count, vmin, vmax, last_step, last_value))
+            current = bucket
+        else:
+            c, mn, mx, _, _ = out[-1]
+            out[-1] = (c + count, min(mn, vmin), max(mx, vmax), last_step, last_value)
+    return out
+
+
+def _cover(conn: Connection, key_id: int, lo: int, hi: int, level: int) -> list[Summary]:
+    """Summaries covering exactly steps lo..hi, in step order: level-`level` blocks inside the
+    range, finer ones at its edges."""
+    if level == 0:
+        p = metric_points
+        query = (
+            select(p.c.step, p.c.value)
+            .where(p.c.key_id == key_id, p.c.step >= lo, p.c.step <= hi)
+            .order_by(p.c.step)
+        )
+        return [(1, v, v, s, v) for s, v in conn.execute(query).tuples()]
+    size = BLOCK_SIZES[level - 1]
+    first = -(-lo // size)  # first block starting at or after lo
+    end = (hi + 1) // size  # blocks before this one end at or before hi
+    if first >= end:
+        return _cover(conn, key_id, lo, hi, level - 1)
+    b = metric_blocks
+    query = (
+        select(b.c.count, b.c.min, b.c.max, b.c.last_step, b.c.last_value)
+        .where(b.c.key_id == key_id, b.c.level == level, b.c.block >= first, b.c.block < end)
+        .order_by(b.c.block)
+    )
+    head = _cover(conn, key_id, lo, first * size - 1, level - 1) if lo < first * size else []
+    tail = _cover(conn, key_id, end * size, hi, level - 1) if end * size <= hi else []
+    return head + [tuple(r) for r in conn.execute(query).tuples()] + tail  # type: ignore[misc]
+
+
+def run_keys(conn: Connection, run_seq: int) -> list[tuple[str, int]]:
+    """(name, key id) of every metric key of a run, by name."""
+    query = select(metric_keys.c.name, metric_keys.c.id).where(metric_keys.c.run_seq == run_seq)
+    return list(conn.execute(query.order_by(metric_keys.c.name)).tuples())
+
+
+def points_page(
+    conn: Connection, key_id: int, after_step: int, limit: int
+) -> list[tuple[int, float, float | None]]:
+    """(step, value, ts) of one key after `after_step`, in step order (for exports)."""
+    p = metric_points
+    query = (
+        select(p.c.step, p.c.value, p.c.ts)
+        .where(p.c.key_id == key_id, p.c.step > after_step)
+        .order_by(p.c.step)
+        .limit(limit)
+    )
+    return list(conn.execute(query).tuples())

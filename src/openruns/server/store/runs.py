@@ -1,0 +1,257 @@
+"""
+Run rows: create, read, list, patch, finish, heartbeat, crash sweep. Functions over a
+Connection, called by Store inside one read or write transaction.
+
+A run row comes back as a dict with the JSON columns decoded, plus `seq` (internal key).
+Finishing is a compare-and-set from `running` in SQL, so it stays correct with several server
+replicas on one database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, RowMapping, delete, insert, select, update
+
+from ..errors import ApiError, bad_request, conflict
+from .schema import run_tags, runs
+
+__all__ = [
+    "JSON_COLUMNS",
+    "create_run",
+    "crash_stale",
+    "dump_json",
+    "finish_run",
+    "get_run",
+    "heartbeat",
+    "list_runs",
+    "patch_run",
+    "require_running_or_grace",
+    "stale_error",
+]
+
+JSON_COLUMNS = ("environments", "tags", "config", "training", "summary", "losses")
+TERMINAL = ("completed", "failed", "cancelled", "crashed")
+NO_LOSSES = {"dropped_records": 0, "failed_records": {}}
+
+
+def dump_json(value: Any, field: str) -> str:
+    """JSON text for a column; 400 naming the field when the value cannot be stored."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError as exc:
+        raise bad_request("invalid_field", f"{field}: {exc}") from exc
+
+
+def _run(row: RowMapping | dict[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    for name in JSON_COLUMNS:
+        if out[name] is not None:
+            out[name] = orjson.loads(out[name])
+    return out
+
+
+def get_run(conn: Connection, run_id: str) -> dict[str, Any] | None:
+    row = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().first()
+    return _run(row) if row else None
+
+
+def create_run(
+    conn: Connection,
+    team_id: str,
+    fields: dict[str, Any],
+    create_key: str | None,
+    now: float,
+) -> tuple[dict[str, Any], bool]:
+    """
+    Insert a run, or return the one this create already made: (run, created). A replayed
+    Idempotency-Key, or an `id` that exists in the same team, returns the existing run; an `id`
+    taken by another team is a conflict.
+    """
+    if create_key is not None:
+        row = (
+            conn.execute(
+                select(runs).where(runs.c.team_id == team_id, runs.c.create_key == create_key)
+            )
+            .mappings()
+            .first()
+        )
+        if row:
+            return _run(row), False
+    existing = get_run(conn, fields["id"])
+    if existing is not None:
+        if existing["team_id"] != team_id:
+            raise conflict("run_id_taken", f"run id {fields['id']!r} is already in use")
+        return existing, False
+    tags = _unique(fields.get("tags") or [])
+    values = {
+        "id": fields["id"],
+        "team_id": team_id,
+        "create_key": create_key,
+        "kind": fields["kind"],
+        "name": fields.get("name"),
+        "model": fields.get("model"),
+        "framework": fields.get("framework"),
+        "description": fields.get("description"),
+        "environments": dump_json(fields.get("environments") or [], "environments"),
+        "tags": dump_json(tags, "tags"),
+        "config": _json_or_null(fields.get("config"), "config"),
+        "training": _json_or_null(fields.get("training"), "training"),
+        "status": "running",
+        "error": None,
+        "summary": "{}",
+        "losses": dump_json(NO_LOSSES, "losses"),
+        "created_at": now,
+        "updated_at": now,
+        "finished_at": None,
+        "last_heartbeat_at": None,
+    }
+    seq = conn.execute(insert(runs).values(values)).inserted_primary_key[0]
+    _set_tags(conn, seq, tags)
+    return {**_run(values), "seq": seq}, True
+
+
+def list_runs(
+    conn: Connection,
+    *,
+    team_id: str | None,
+    only_run: str | None,
+    kind: str | None,
+    status: str | None,
+    name: str | None,
+    tag: str | None,
+    limit: int,
+    before_seq: int | None,
+) -> list[dict[str, Any]]:
+    """Newest first; up to `limit` runs with seq below `before_seq`."""
+    query = select(runs).order_by(runs.c.seq.desc()).limit(limit)
+    if team_id is not None:
+        query = query.where(runs.c.team_id == team_id)
+    if only_run is not None:
+        query = query.where(runs.c.id == only_run)
+    if kind:
+        query = query.where(runs.c.kind == kind)
+    if status:
+        query = query.where(runs.c.status == status)
+    if name:
+        query = query.where(runs.c.name.icontains(name, autoescape=True))
+    if tag:
+        query = query.where(runs.c.seq.in_(select(run_tags.c.run_seq).where(run_tags.c.tag == tag)))
+    if before_seq is not None:
+        query = query.where(runs.c.seq < before_seq)
+    return [_run(row) for row in conn.execute(query).mappings()]
+
+
+def patch_run(conn: Connection, seq: int, changes: dict[str, Any], now: float) -> None:
+    """Apply a PATCH: `summary` is merged key by key, the other fields replace."""
+    values: dict[str, Any] = {"updated_at": now}
+    if "summary" in changes:
+        current = conn.execute(select(runs.c.summary).where(runs.c.seq == seq)).scalar_one()
+        merged = {**orjson.loads(current), **changes["summary"]}
+        values["summary"] = dump_json(merged, "summary")
+    if "losses" in changes:
+        values["losses"] = dump_json(changes["losses"], "losses")
+    if "description" in changes:
+        values["description"] = changes["description"]
+    if "tags" in changes:
+        tags = _unique(changes["tags"])
+        values["tags"] = dump_json(tags, "tags")
+        _set_tags(conn, seq, tags)
+    conn.execute(update(runs).where(runs.c.seq == seq).values(values))
+
+
+def finish_run(
+    conn: Connection,
+    seq: int,
+    status: str,
+    error: str | None,
+    changes: dict[str, Any],
+    now: float,
+) -> bool:
+    """
+    Compare-and-set running -> `status`. True when this call finished the run, False when it
+    already had this status (nothing changes); 409 when it has another terminal status.
+    """
+    done = conn.execute(
+        update(runs)
+        .where(runs.c.seq == seq, runs.c.status == "running")
+        .values(status=status, error=error, finished_at=now, updated_at=now)
+    ).rowcount
+    if done:
+        if changes:
+            patch_run(conn, seq, changes, now)
+        return True
+    current = conn.execute(select(runs.c.status).where(runs.c.seq == seq)).scalar_one()
+    if current == status:
+        return False
+    raise conflict("run_finished", f"the run is already {current}; it cannot become {status}")
+
+
+def heartbeat(conn: Connection, seq: int, now: float) -> str:
+    """Record a heartbeat of a running run; returns the run's status either way."""
+    conn.execute(
+        update(runs)
+        .where(runs.c.seq == seq, runs.c.status == "running")
+        .values(last_heartbeat_at=now)
+    )
+    return conn.execute(select(runs.c.status).where(runs.c.seq == seq)).scalar_one()
+
+
+def stale_error(run: dict[str, Any], now: float, timeout: float) -> str | None:
+    """The crash message when `run` is running and silent past `timeout`, else None."""
+    if run["status"] != "running":
+        return None
+    last = run["last_heartbeat_at"] or run["created_at"]
+    if now - last <= timeout:
+        return None
+    return (
+        f"no heartbeat for {int(now - last)} s: "
+        "the process that owned the run stopped without closing it"
+    )
+
+
+def crash_stale(conn: Connection, now: float, timeout: float, seq: int | None = None) -> int:
+    """Mark running runs silent past `timeout` as crashed (one run, or all); returns how many."""
+    query = select(runs.c.seq, runs.c.status, runs.c.created_at, runs.c.last_heartbeat_at).where(
+        runs.c.status == "running"
+    )
+    if seq is not None:
+        query = query.where(runs.c.seq == seq)
+    crashed = 0
+    for row in conn.execute(query).mappings().all():
+        message = stale_error(dict(row), now, timeout)
+        if message is None:
+            continue
+        crashed += conn.execute(
+            update(runs)
+            .where(runs.c.seq == row["seq"], runs.c.status == "running")
+            .values(status="crashed", error=message, finished_at=now, updated_at=now)
+        ).rowcount
+    return crashed
+
+
+def _set_tags(conn: Connection, seq: int, tags: list[str]) -> None:
+    conn.execute(delete(run_tags).where(run_tags.c.run_seq == seq))
+    if tags:
+        conn.execute(insert(run_tags), [{"run_seq": seq, "tag": t} for t in tags])
+
+
+def _unique(values: list[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def _json_or_null(value: Any, field: str) -> str | None:
+    return None if value is None else dump_json(value, field)
+
+
+def require_running_or_grace(run: dict[str, Any], now: float, grace: float) -> None:
+    """409 for an upload to a run finished longer than `grace` seconds ago."""
+    finished = run["finished_at"]
+    if run["status"] != "running" and finished is not None and now - finished > grace:
+        raise ApiError(
+            409,
+            "run_finished",
+            f"the run is {run['status']} (finished {int(now - finished)} s ago); "
+            f"uploads are accepted until {grace:g} s after a run finishes",
+        )

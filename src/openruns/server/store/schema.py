@@ -1,0 +1,197 @@
+"""
+The metadata schema, as SQLAlchemy Core tables for queries. The migrations in `migrations/`
+create it; a change here needs a new numbered migration.
+
+- runs: one row per run. `seq` is the integer key every other table uses (and the keyset of
+  newest-first listing); `id` is the public id. JSON columns hold text written with orjson.
+- metric_points: one row per (metric key, step), clustered on that key (WITHOUT ROWID on
+  SQLite), so a series is one contiguous range scan.
+- metric_blocks: per key, the count/min/max/last of every aligned block of BLOCK_SIZES[level]
+  steps, rebuilt for the blocks each upload touches; a downsampled read of a long series reads
+  these instead of every point.
+- segments / episodes: one immutable blob per episodes upload, and one index row per record
+  pointing into it (the zstd frame holding it, and the record's place inside that frame).
+- receipts: the answer to every bulk upload, by Idempotency-Key, so a replay stores nothing.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+__all__ = [
+    "BLOCK_SIZES",
+    "api_keys",
+    "episodes",
+    "metadata",
+    "metric_blocks",
+    "metric_keys",
+    "metric_points",
+    "receipts",
+    "run_tags",
+    "runs",
+    "segments",
+    "server_meta",
+    "teams",
+]
+
+# Steps per block at level 1, 2, ...: a level-L block is BLOCK_SIZES[L - 1] aligned steps. A
+# factor of 16 between levels keeps a downsampled read of any range to at most ~16 rows per
+# bucket, and the rebuild after an upload to a few small aggregate queries per level.
+BLOCK_SIZES = (16, 256, 4096, 65536, 1048576)
+
+metadata = MetaData()
+
+server_meta = Table(
+    "server_meta",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+teams = Table(
+    "teams",
+    metadata,
+    Column("id", String(128), primary_key=True),
+    Column("created_at", Float, nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("team_id", String(128), nullable=False),
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("prefix", String(16), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("revoked_at", Float),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("id", String(64), nullable=False, unique=True),
+    Column("team_id", String(128), nullable=False),
+    Column("create_key", String(256)),
+    Column("kind", String(16), nullable=False),
+    Column("name", Text),
+    Column("model", Text),
+    Column("environments", Text, nullable=False),
+    Column("framework", Text),
+    Column("description", Text),
+    Column("tags", Text, nullable=False),
+    Column("config", Text),
+    Column("training", Text),
+    Column("status", String(16), nullable=False),
+    Column("error", Text),
+    Column("summary", Text, nullable=False),
+    Column("losses", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("finished_at", Float),
+    Column("last_heartbeat_at", Float),
+    UniqueConstraint("team_id", "create_key", name="uq_runs_team_create_key"),
+    Index("ix_runs_team_seq", "team_id", "seq"),
+    Index("ix_runs_status", "status"),
+)
+
+run_tags = Table(
+    "run_tags",
+    metadata,
+    Column("run_seq", Integer, primary_key=True),
+    Column("tag", String(256), primary_key=True),
+    Index("ix_run_tags_tag", "tag", "run_seq"),
+)
+
+metric_keys = Table(
+    "metric_keys",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_seq", Integer, nullable=False),
+    Column("name", Text, nullable=False),
+    UniqueConstraint("run_seq", "name", name="uq_metric_keys_run_name"),
+)
+
+metric_points = Table(
+    "metric_points",
+    metadata,
+    Column("key_id", Integer, primary_key=True),
+    Column("step", BigInteger, primary_key=True),
+    Column("value", Float, nullable=False),
+    Column("ts", Float),
+    sqlite_with_rowid=False,
+)
+
+metric_blocks = Table(
+    "metric_blocks",
+    metadata,
+    Column("key_id", Integer, primary_key=True),
+    Column("level", SmallInteger, primary_key=True),
+    Column("block", BigInteger, primary_key=True),
+    Column("count", Integer, nullable=False),
+    Column("min", Float, nullable=False),
+    Column("max", Float, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    Column("last_value", Float, nullable=False),
+    sqlite_with_rowid=False,
+)
+
+segments = Table(
+    "segments",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_seq", Integer, nullable=False),
+    Column("stream", String(16), nullable=False),
+    Column("blob_key", Text, nullable=False),
+    Column("records", Integer, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_segments_run", "run_seq", "id"),
+)
+
+episodes = Table(
+    "episodes",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("run_seq", Integer, nullable=False),
+    Column("stream", String(16), nullable=False),
+    Column("episode_id", String(256), nullable=False),
+    Column("step", BigInteger),
+    Column("reward", Float),
+    Column("env", Text),
+    Column("ok", Boolean),
+    Column("tokens", BigInteger),
+    Column("duration", Float),
+    Column("segment_id", Integer, nullable=False),
+    # The zstd frame holding the record (bytes of the blob), then the record's line inside
+    # the decompressed frame (without its newline).
+    Column("frame_offset", BigInteger, nullable=False),
+    Column("frame_length", Integer, nullable=False),
+    Column("offset", Integer, nullable=False),
+    Column("length", Integer, nullable=False),
+    Index("ix_episodes_run_step", "run_seq", "stream", "step", "reward"),
+    Index("ix_episodes_run_id", "run_seq", "episode_id"),
+)
+
+receipts = Table(
+    "receipts",
+    metadata,
+    Column("run_seq", Integer, primary_key=True),
+    Column("kind", String(16), primary_key=True),
+    Column("key", String(256), primary_key=True),
+    Column("response", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
