@@ -87,7 +87,7 @@ async def list_episodes(
 
 
 @router.get(
-    "/runs/{run_id}/episodes/{episode_id}",
+    "/runs/{run_id}/episodes/{episode_id:path}",
     responses={200: {"content": {"application/json": {}}, "description": "the stored record"}},
 )
 async def get_episode(run_id: str, episode_id: str, state: State, caller: Caller) -> Response:
