@@ -113,7 +113,7 @@ def test_a_slow_monitor_delays_neither_the_caller_nor_the_others():
 
 
 def test_a_full_queue_waits_then_drops_for_that_monitor_only(monkeypatch, caplog):
-    monkeypatch.setattr(worker_module, "MAX_PENDING_RECORDS", 2)
+    monkeypatch.setattr(worker_module, "MAX_PENDING_ROWS", 2)
     monkeypatch.setattr(worker_module, "PUT_TIMEOUT_SECONDS", 0.2)
     stuck, fine = Recording("stuck", delay=1.0), Recording("fine")
 
@@ -192,3 +192,23 @@ def test_finalize_timeout_names_the_monitor_still_working(caplog):
         elapsed = asyncio.run(main())
     assert elapsed < 0.5
     assert any("slow did not finish within 0.1 s" in r.getMessage() for r in caplog.records)
+
+
+def test_a_monitor_is_handed_only_the_episodes_it_wants():
+    class MetricsOnly(Recording):
+        def wants_episodes(self, kind, subset):
+            return kind == "eval"
+
+    picky, everything = MetricsOnly("picky"), Recording("all")
+
+    async def main():
+        monitors = Monitors([picky, everything])
+        await monitors.log([episode(0)], step=0, kind="train")
+        await monitors.log([episode(1)], step=0, kind="eval")
+        await monitors.finalize()
+        return monitors
+
+    monitors = asyncio.run(main())
+    assert [c[1] for c in picky.calls] == [["ep-1"]]
+    assert [c[1] for c in everything.calls] == [["ep-0"], ["ep-1"]]
+    assert monitors.stats["picky"].logged == 1  # the train episode never reached it

@@ -25,6 +25,11 @@ class Monitor:
 
     name: str = "monitor"
 
+    def wants_episodes(self, kind: str, subset: str) -> bool:
+        """Whether this monitor takes episodes of this cohort. Asked on the producer's side, so
+        a monitor that does not want them is never handed (and never pins) them."""
+        return True
+
     def setup(self) -> None:
         """Open the destination (first thing on the worker thread). Raising disables the monitor."""
 

@@ -111,7 +111,11 @@ class Monitors:
             if not episodes:
                 return
             args = (episodes, step, kind, subset)
-            calls = [w.put("log_episodes", args, len(episodes)) for w in self._workers]
+            calls = [
+                w.put("log_episodes", args, len(episodes))
+                for w in self._workers
+                if w.monitor.wants_episodes(kind, subset)
+            ]
         if len(calls) == 1:
             await calls[0]
         elif calls:

@@ -58,10 +58,12 @@ class OpenrunsMonitor(Monitor):
             self._last_step = step
         self.run.log_metrics(values, step=step)
 
+    def wants_episodes(self, kind: str, subset: str) -> bool:
+        return f"{kind}/{subset}" in self.config.cohorts
+
     def log_episodes(self, episodes: list[Any], step: int | None, kind: str, subset: str) -> None:
         assert self.run is not None
-        if f"{kind}/{subset}" in self.config.cohorts:
-            self.run.log_episodes(episodes, step=step)
+        self.run.log_episodes(episodes, step=step)
 
     def finalize(self) -> None:
         if self.run is not None:

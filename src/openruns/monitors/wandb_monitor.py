@@ -5,8 +5,12 @@ The run id is `$WANDB_RUN_ID`, else the openruns run id (`$OPENRUNS_RUN_ID`, exp
 run's owner), else W&B's own; it is then exported as `WANDB_RUN_ID`, so processes this one
 starts join the same run. Online, with `primary` set, the processes use W&B's shared mode: the
 primary creates the run and sets its final state, the others join it with their producer as
-label. Episodes are not sent (W&B gets scalars). Everything runs on the monitor's thread,
-`wandb.init` included, which takes seconds.
+label. Episodes are not sent (W&B gets scalars).
+
+`wandb` is imported when the monitor is built, on the caller's thread: the import executes
+seconds of module code that, on a worker thread, would stall the producer's event loop by up to
+~45 ms at a time; `wandb.init` (another second, mostly waiting on W&B's service process) runs on
+the monitor's thread.
 """
 
 from __future__ import annotations
@@ -30,14 +34,21 @@ class WandbMonitor(Monitor):
         self.producer = producer
         self.dir = Path(config.dir) if config.dir else output_dir / "monitors" / "wandb" / producer
         self.run: Any = None
-
-    def setup(self) -> None:
         try:
             import wandb
-        except ImportError as exc:
+        except ImportError:
+            wandb = None  # setup() says how to install it, and the monitor is disabled
+        self._wandb = wandb
+
+    def wants_episodes(self, kind: str, subset: str) -> bool:
+        return False
+
+    def setup(self) -> None:
+        wandb = self._wandb
+        if wandb is None:
             raise RuntimeError(
                 "the wandb monitor needs the wandb package: pip install 'openruns[wandb]'"
-            ) from exc
+            )
         mode = self.config.mode or os.environ.get("WANDB_MODE") or "online"
         run_id = os.environ.get("WANDB_RUN_ID") or os.environ.get(RUN_ID_ENV) or None
         settings = None

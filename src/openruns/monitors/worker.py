@@ -3,11 +3,13 @@ One monitor on its own thread, fed through a bounded queue.
 
 The producer's side (`put`) is an append under a lock, so a log() call costs the event loop
 microseconds; setup, encoding, compression, file and network I/O all run on the worker thread.
-The queue is bounded by records (a metrics row counts 1, an episode 1) because it holds
-references to the producer's episodes, which can be tens of MB each. When it is full, put()
-waits for room without blocking the loop (short async sleeps), up to PUT_TIMEOUT_SECONDS; then
-the call's records are dropped for this monitor only, counted and named in a warning. A single
-call larger than the bound is accepted into an empty queue, so no call can wait forever.
+The queue is bounded twice: by episodes (MAX_PENDING_EPISODES), because it holds references to
+the producer's episodes, tens of MB each; and by metrics rows (MAX_PENDING_ROWS, small), so
+that a monitor still setting up (wandb.init takes seconds) never holds up a trainer's metrics.
+When a bound is reached, put() waits for room without blocking the loop (short async sleeps),
+up to PUT_TIMEOUT_SECONDS; then the call's records are dropped for this monitor only, counted
+and named in a warning. A call larger than the bound is accepted when none of its kind is
+queued, so no call can wait forever.
 
 Nothing here uses the caller's event loop between calls, so a producer may log from
 `asyncio.run(...)` per call (as synchronous trainers do) without losing queued work.
@@ -30,7 +32,8 @@ __all__ = ["MonitorStats", "MonitorWorker"]
 
 logger = logging.getLogger("openruns.monitors")
 
-MAX_PENDING_RECORDS = 32
+MAX_PENDING_EPISODES = 32
+MAX_PENDING_ROWS = 10_000
 PUT_TIMEOUT_SECONDS = 5.0
 _FINALIZE = object()
 
@@ -58,7 +61,7 @@ class MonitorWorker:
         self.name = monitor.name
         self.stats = MonitorStats()
         self._items: collections.deque[Any] = collections.deque()
-        self._pending = 0
+        self._pending = {"log_episodes": 0, "log_metrics": 0}
         self._cond = threading.Condition()
         self._broken = False
         self._closing = False
@@ -90,10 +93,12 @@ class MonitorWorker:
             if self._broken:
                 self.stats.dropped += call.count
                 return True
-            if self._pending and self._pending + call.count > MAX_PENDING_RECORDS:
+            pending = self._pending[call.method]
+            bound = MAX_PENDING_EPISODES if call.method == "log_episodes" else MAX_PENDING_ROWS
+            if pending and pending + call.count > bound:
                 return False
             self._items.append(call)
-            self._pending += call.count
+            self._pending[call.method] = pending + call.count
             self._cond.notify()
             return True
 
@@ -132,7 +137,7 @@ class MonitorWorker:
                 dropped = sum(i.count for i in self._items if isinstance(i, _Call))
                 self.stats.dropped += dropped
                 self._items = collections.deque(i for i in self._items if i is _FINALIZE)
-                self._pending = 0
+                self._pending = {"log_episodes": 0, "log_metrics": 0}
             logger.warning("openruns monitors: %s monitor is disabled", self.name)
         while True:
             with self._cond:
@@ -157,7 +162,7 @@ class MonitorWorker:
                 self._report(item.method.replace("_", " "), exc)
                 failed = item.count
             with self._cond:
-                self._pending -= item.count
+                self._pending[item.method] -= item.count
                 self.stats.logged += item.count - failed
                 self.stats.failed += failed
 

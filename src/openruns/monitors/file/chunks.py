@@ -6,9 +6,9 @@ The episode stream of the file monitor: numbered chunks of zstd frames, and an i
     monitors/file/episodes.index.jsonl            one row per episode, in arrival order
     monitors/file/episodes.lock                   held (flock) by the one writing process
 
-Each episode is one NDJSON line compressed as its own zstd frame (content size and checksum in
-the frame), so an index row `(chunk, offset, size)` is a seek and one decompression, and
-`zstd -dc episodes/*.zst | jq` reads the whole stream in order. A chunk rolls before a frame
+Each episode is one NDJSON line compressed as its own zstd frame (with a checksum), so an index
+row `(chunk, offset, size)` is a seek and one decompression, and `zstd -dc episodes/*.zst | jq`
+reads the whole stream in order. A chunk rolls before a frame
 would take it past `chunk_bytes`; an episode never spans chunks. Sealing (fsync, rename to the
 final name, fsync the directory) runs on a separate thread so the writer goes on at once.
 
@@ -36,6 +36,7 @@ __all__ = [
     "ChunkWriter",
     "chunk_numbers",
     "chunk_path",
+    "decompress_frame",
     "frame_length",
     "read_index_rows",
 ]
@@ -83,6 +84,15 @@ def read_index_rows(index_path: Path) -> tuple[list[dict[str, Any]], int]:
             break
         good += len(line)
     return rows, good
+
+
+def decompress_frame(dctx: zstandard.ZstdDecompressor, frame: bytes) -> bytes:
+    """The content of one whole zstd frame (its header need not carry the content size)."""
+    dobj = dctx.decompressobj()
+    data = dobj.decompress(frame)
+    if not dobj.eof:
+        raise zstandard.ZstdError("truncated zstd frame")
+    return data
 
 
 def frame_length(fh: BinaryIO, offset: int, file_size: int) -> int | None:
@@ -169,17 +179,19 @@ class ChunkWriter:
         self._lines = rows[-1]["line"] if rows else 0
         self._recover(rows)
 
-    def append(self, frame: bytes, fields: dict[str, Any]) -> dict[str, Any]:
-        """Write one episode's frame, then its index row; returns the row."""
-        if self._fd is not None and self._size and self._size + len(frame) > self.chunk_bytes:
+    def append(self, frame: list[bytes], fields: dict[str, Any]) -> dict[str, Any]:
+        """Write one episode's frame (its parts, in order), then its index row; returns the row."""
+        size = sum(len(part) for part in frame)
+        if self._fd is not None and self._size and self._size + size > self.chunk_bytes:
             self._roll()
         if self._fd is None:
             self._open_chunk(max(chunk_numbers(self.stream_dir), default=-1) + 1)
         assert self._fd is not None
         offset = self._size
-        _write_all(self._fd, frame)
-        self._size += len(frame)
-        return self._index(self._chunk, offset, len(frame), fields)
+        for part in frame:  # never joined: a copy of MBs would hold the GIL (encoding.py)
+            _write_all(self._fd, part)
+        self._size += size
+        return self._index(self._chunk, offset, size, fields)
 
     def close(self) -> None:
         """Seal the open chunk, wait for every seal, release the stream. Raises a seal's error."""
@@ -236,7 +248,7 @@ class ChunkWriter:
         """Index the whole frames after `start` that have no row; returns where they end."""
         size = path.stat().st_size
         end = min(start, size)
-        decompressor = zstandard.ZstdDecompressor()
+        dctx = zstandard.ZstdDecompressor()
         with path.open("rb") as fh:
             while end < size:
                 length = frame_length(fh, end, size)
@@ -244,7 +256,7 @@ class ChunkWriter:
                     break
                 fh.seek(end)
                 try:
-                    line = decompressor.decompress(fh.read(length))
+                    line = decompress_frame(dctx, fh.read(length))
                     fields = self._reindex(line)
                 except (zstandard.ZstdError, ValueError):
                     break  # a torn or corrupt frame: the tail from here is dropped

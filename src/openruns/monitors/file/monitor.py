@@ -6,9 +6,8 @@ The file monitor: metrics rows and an episode stream under `<output_dir>/monitor
                              per row, O_APPEND), readers merge rows by (step, producer)
     episodes/, episodes.index.jsonl   the episode stream (chunks.py)
 
-Episodes are encoded with the SDK's piecewise encoder (`encode_record`: the GIL is released
-between ~1 MB pieces) and compressed with zstd (which releases the GIL), on the monitor's
-thread: the producer's event loop waits for neither.
+Episodes are encoded in GIL-sized pieces streamed into zstd (encoding.py) on the monitor's
+thread: the producer's event loop waits for neither, even on a 60 MB episode.
 """
 
 from __future__ import annotations
@@ -22,9 +21,9 @@ import orjson
 import zstandard
 
 from ...records import index_fields, to_mapping
-from ...upload.encoder import encode_record
 from ..base import Monitor, PartialFailure
 from ..config import FileMonitorConfig
+from ..encoding import compress_record
 from .chunks import ChunkWriter
 
 __all__ = ["FileMonitor", "file_monitor_dir"]
@@ -61,21 +60,20 @@ class FileMonitor(Monitor):
         row = {**values, "step": step, "time": time.time(), "producer": self.producer}
         os.write(self._metrics_fd, orjson.dumps(row) + b"\n")
 
+    def wants_episodes(self, kind: str, subset: str) -> bool:
+        return subset in self.config.subsets
+
     def log_episodes(self, episodes: list[Any], step: int | None, kind: str, subset: str) -> None:
-        if subset not in self.config.subsets:
-            return
         writer = self._stream()
         failures: list[BaseException] = []
         for episode in episodes:
             try:
                 mapping = to_mapping(episode)
                 fields = index_fields(mapping, step)
-                line = encode_record(mapping)
+                frame, _ = compress_record(mapping, self._compressor)
             except Exception as exc:  # one bad record must not cost the rest of the call
                 failures.append(exc)
                 continue
-            frame = self._compressor.compress(line)
-            del line  # tens of MB: free before the write, not after the next episode
             writer.append(
                 frame,
                 {

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import zstandard
 
-from .chunks import OPEN_SUFFIX, SEALED_SUFFIX, chunk_numbers, read_index_rows
+from .chunks import OPEN_SUFFIX, SEALED_SUFFIX, chunk_numbers, decompress_frame, read_index_rows
 
 __all__ = ["FileMonitorReader"]
 
@@ -57,7 +57,7 @@ class FileMonitorReader:
                 continue
         else:
             raise FileNotFoundError(f"chunk {number} of {self.stream_dir} is not on disk")
-        return orjson.loads(zstandard.ZstdDecompressor().decompress(frame))
+        return orjson.loads(decompress_frame(zstandard.ZstdDecompressor(), frame))
 
     def episodes(self) -> Iterator[dict[str, Any]]:
         """Every episode in arrival order, read from the chunks (the index is not needed)."""
