@@ -76,21 +76,13 @@ class Run:
         self._step = -1
         self._finish_lock = threading.RLock()
         self._finishing = False
-        self._finished = threading.Event()
         self._raised_deferred = False
-        sink_factory = backend.make_sink
-        self._pipeline = (
-            Pipeline(sink_factory, run_id, kind, settings.max_queued_records)
-            if self._has_sink()
-            else None
-        )
-        if self._pipeline is not None:
+        self._pipeline: Pipeline | None = None
+        if settings.mode != "disabled":
+            self._pipeline = Pipeline(backend.make_sink, run_id, kind, settings.max_queued_records)
             self._pipeline.start()  # here, not in the first log call, which must stay cheap
         fork.register(self)
         exits.opened(self)
-
-    def _has_sink(self) -> bool:
-        return self._settings.mode != "disabled"
 
     # -- identity -----------------------------------------------------------------------------
 
@@ -294,7 +286,6 @@ class Run:
             )
             unexport_run(self._id)
         exits.closed(self)
-        self._finished.set()
         self._report_losses(drained)
 
     def _report_losses(self, drained: bool) -> None:
@@ -356,7 +347,6 @@ class Run:
     def _after_fork_in_child(self) -> None:
         # The child joins the run but never owns its lifecycle; the pipeline resets itself.
         self._finish_lock = threading.RLock()
-        self._finished = threading.Event()
         self._attached = True
 
     def __repr__(self) -> str:
