@@ -126,6 +126,7 @@ async def run_scenario(args: argparse.Namespace) -> dict[str, Any]:
     # imports wandb (seconds of module code) on the caller's thread. Each monitor's setup
     # (wandb.init, opening files, openruns.init) runs on its thread and is measured.
     monitors = Monitors.from_config(config, producer="orchestrator", output_dir=out)
+    load_before = os.getloadavg()[0]
     sampler = asyncio.create_task(sample_lag())
     await asyncio.sleep(0.2)  # a few idle samples first
     started = time.perf_counter()
@@ -187,6 +188,9 @@ async def run_scenario(args: argparse.Namespace) -> dict[str, Any]:
         "log_p99_ms": _pct(logs_ms, 99),
         "log_max_ms": logs_ms[-1],
         "lost": lost,
+        # The machine's 1-min load average before and after: lag is also the OS scheduler's
+        # when other processes compete for the cores.
+        "load": [round(load_before, 1), round(os.getloadavg()[0], 1)],
     }
     result["pass"] = (
         not lost
@@ -206,7 +210,7 @@ def _row(r: dict[str, Any]) -> str:
         f"{r['scenario']:>8}: {r['episodes']} episodes {r['gb']:.2f} GB in {r['wall_s']:.1f} s "
         f"({r['mb_per_s']:.0f} MB/s), lag p50/p99/max {r['lag_p50_ms']:.1f}/"
         f"{r['lag_p99_ms']:.1f}/{r['lag_max_ms']:.1f} ms, log() p99/max {r['log_p99_ms']:.1f}/"
-        f"{r['log_max_ms']:.1f} ms, lost: {r['lost'] or 'nothing'}, "
+        f"{r['log_max_ms']:.1f} ms, lost: {r['lost'] or 'nothing'}, load {r['load']}, "
         f"{'PASS' if r['pass'] else 'FAIL'}"
     )
 
@@ -214,8 +218,8 @@ def _row(r: dict[str, Any]) -> str:
 def _table(results: list[dict[str, Any]]) -> str:
     lines = [
         "| monitors | episodes | GB logged | on disk GB | wall s | MB/s | lag p50 / p99 / max ms "
-        "| log() p50 / p99 / max ms | lost | result |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| log() p50 / p99 / max ms | lost | load | result |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         lines.append(
@@ -224,7 +228,7 @@ def _table(results: list[dict[str, Any]]) -> str:
             f"| {r['lag_p50_ms']:.1f} / {r['lag_p99_ms']:.1f} / {r['lag_max_ms']:.1f} "
             f"| {r['log_p50_ms']:.2f} / {r['log_p99_ms']:.1f} / {r['log_max_ms']:.1f} "
             f"| {'nothing' if not r['lost'] else '; '.join(r['lost'])} "
-            f"| {'pass' if r['pass'] else 'FAIL'} |"
+            f"| {r['load'][0]} → {r['load'][1]} | {'pass' if r['pass'] else 'FAIL'} |"
         )
     return "\n".join(lines)
 
