@@ -49,10 +49,19 @@ async def post_episodes(
 
 
 @router.get("/runs/{run_id}/steps", response_model=list[StepRow])
-async def steps(run_id: str, state: State, caller: Caller, stream: Stream = "episodes") -> JSON:
+async def steps(
+    run_id: str,
+    state: State,
+    caller: Caller,
+    stream: Stream = "episodes",
+    step_min: Annotated[
+        int | None,
+        Query(ge=-(2**63), le=MAX_STEP, description="only steps >= this (live polling)"),
+    ] = None,
+) -> JSON:
     """Per step: how many records, and their mean reward."""
     run = await readable_run(state, caller, run_id)
-    return JSON(await state.store.steps(run["seq"], stream))
+    return JSON(await state.store.steps(run["seq"], stream, step_min))
 
 
 @router.get("/runs/{run_id}/episodes", response_model=EpisodesPage)

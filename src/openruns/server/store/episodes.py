@@ -125,7 +125,11 @@ def locate(conn: Connection, run_seq: int, episode_id: str) -> dict[str, Any] | 
     return dict(row) if row else None
 
 
-def steps(conn: Connection, run_seq: int, stream: str) -> list[dict[str, Any]]:
+def steps(
+    conn: Connection, run_seq: int, stream: str, step_min: int | None = None
+) -> list[dict[str, Any]]:
+    """Per step: count and mean reward; with `step_min`, only steps >= it (no null step), so
+    a live reader asks only for what may have changed since it last looked."""
     query = (
         select(
             _e.c.step,
@@ -136,6 +140,8 @@ def steps(conn: Connection, run_seq: int, stream: str) -> list[dict[str, Any]]:
         .group_by(_e.c.step)
         .order_by(_e.c.step.is_(None), _e.c.step)
     )
+    if step_min is not None:
+        query = query.where(_e.c.step >= step_min)
     return [dict(r) for r in conn.execute(query).mappings()]
 
 

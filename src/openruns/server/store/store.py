@@ -174,8 +174,10 @@ class Store:
     ) -> list[tuple[int, float, float | None]]:
         return await self.db.read(metrics.points_page, key_id, after_step, limit)
 
-    async def steps(self, run_seq: int, stream: str) -> list[dict[str, Any]]:
-        return await self.db.read(episodes.steps, run_seq, stream)
+    async def steps(
+        self, run_seq: int, stream: str, step_min: int | None = None
+    ) -> list[dict[str, Any]]:
+        return await self.db.read(episodes.steps, run_seq, stream, step_min)
 
     async def list_episodes(
         self, run_seq: int, **query: Any
