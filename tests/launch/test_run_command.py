@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 
 from openruns.rundir import iter_stream
 
@@ -148,3 +149,12 @@ def test_usage_errors(tmp_path):
     assert proc.returncode == 127
     _, doc = the_run(tmp_path / "runs")
     assert doc["status"] == "failed" and "could not be started" in doc["error"]
+
+
+def test_a_launcher_inside_a_launch_attaches_and_leaves_the_status_to_the_owner(tmp_path):
+    inner = f"{sys.executable} -m openruns.cli run -- sh -c 'exit 5'; exit 0"
+    proc = _run(tmp_path, "sh", "-c", inner)
+    assert proc.returncode == 0, proc.stderr
+    assert "attached to run" in proc.stderr
+    _, doc = the_run(tmp_path / "runs")  # one run: the inner launcher created none
+    assert (doc["status"], doc["error"]) == ("completed", None)
