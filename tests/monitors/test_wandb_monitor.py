@@ -43,7 +43,6 @@ def test_components_of_a_launch_log_to_one_wandb_run(tmp_path):
 
             [monitors.wandb]
             project = "openruns-test"
-            mode = "offline"
 
             [[component]]
             name = "trainer"
@@ -55,8 +54,8 @@ def test_components_of_a_launch_log_to_one_wandb_run(tmp_path):
             """
         )
     )
-    env = {**os.environ, "PYTHONPATH": SRC, "WANDB_DIR": str(tmp_path / "wandb-home"),
-           "WANDB_SILENT": "true"}  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": SRC, "WANDB_MODE": "offline",
+           "WANDB_DIR": str(tmp_path / "wandb-home"), "WANDB_SILENT": "true"}  # fmt: skip
     env.pop("WANDB_RUN_ID", None)
     proc = subprocess.run(
         [sys.executable, "-m", "openruns.cli", "launch", "job.toml"],
