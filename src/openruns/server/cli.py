@@ -138,9 +138,10 @@ def run(args: argparse.Namespace) -> int:
         max_ingest_requests=args.max_ingest_requests,
         max_ingest_bytes=args.max_ingest_mib * MiB,
     )
-    from .serve import serve
-
     try:
+        settings.auth_enabled()  # an unsafe bind fails before the heavy imports
+        from .serve import serve
+
         serve(settings)
     except ServerConfigError as exc:
         print(f"openruns server: {exc}", file=sys.stderr)

@@ -94,8 +94,13 @@ async def get_run(run_id: str, state: State, caller: Caller) -> JSON:
 async def patch_run(run_id: str, body: RunPatch, state: State, caller: Caller) -> JSON:
     """Merge into the summary; replace tags, description (null clears it) and losses."""
     run = await writable_run(state, caller, run_id)
-    given = body.model_dump(exclude_unset=True)
-    changes = {k: v for k, v in given.items() if v is not None or k == "description"}
+    changes = {
+        k: v
+        for k, v in body.model_dump(include={"summary", "tags", "losses"}).items()
+        if v is not None
+    }
+    if "description" in body.model_fields_set:
+        changes["description"] = body.description
     return JSON(public_run(state, await state.store.patch_run(run, changes)))
 
 

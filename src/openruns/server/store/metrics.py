@@ -66,7 +66,7 @@ def key_ids(conn: Connection, run_seq: int, names: Iterable[str], create: bool) 
         query = select(metric_keys.c.name, metric_keys.c.id).where(
             metric_keys.c.run_seq == run_seq, metric_keys.c.name.in_(chunk)
         )
-        found.update((name, key_id) for name, key_id in conn.execute(query).tuples())
+        found.update((name, key_id) for name, key_id in conn.execute(query))
     missing = [n for n in wanted if n not in found]
     if create and missing:
         conn.execute(insert(metric_keys), [{"run_seq": run_seq, "name": n} for n in missing])
@@ -214,7 +214,7 @@ def _series(
             hi = conn.execute(select(func.max(p.c.step)).where(in_range)).scalar_one()
             return _downsample(conn, key_id, lo, hi, max_points), True
     rows = conn.execute(select(p.c.step, p.c.value).where(in_range).order_by(p.c.step))
-    return [(1, v, v, s, v) for s, v in rows.tuples()], False
+    return [(1, v, v, s, v) for s, v in rows], False
 
 
 def _downsample(conn: Connection, key_id: int, lo: int, hi: int, max_points: int) -> list[Summary]:
@@ -252,7 +252,7 @@ def _cover(conn: Connection, key_id: int, lo: int, hi: int, level: int) -> list[
             .where(p.c.key_id == key_id, p.c.step >= lo, p.c.step <= hi)
             .order_by(p.c.step)
         )
-        return [(1, v, v, s, v) for s, v in conn.execute(query).tuples()]
+        return [(1, v, v, s, v) for s, v in conn.execute(query)]
     size = BLOCK_SIZES[level - 1]
     first = -(-lo // size)  # first block starting at or after lo
     end = (hi + 1) // size  # blocks before this one end at or before hi
@@ -266,13 +266,13 @@ def _cover(conn: Connection, key_id: int, lo: int, hi: int, level: int) -> list[
     )
     head = _cover(conn, key_id, lo, first * size - 1, level - 1) if lo < first * size else []
     tail = _cover(conn, key_id, end * size, hi, level - 1) if end * size <= hi else []
-    return head + [tuple(r) for r in conn.execute(query).tuples()] + tail  # type: ignore[misc]
+    return head + [tuple(r) for r in conn.execute(query)] + tail  # type: ignore[misc]
 
 
 def run_keys(conn: Connection, run_seq: int) -> list[tuple[str, int]]:
     """(name, key id) of every metric key of a run, by name."""
     query = select(metric_keys.c.name, metric_keys.c.id).where(metric_keys.c.run_seq == run_seq)
-    return list(conn.execute(query.order_by(metric_keys.c.name)).tuples())
+    return [(name, key_id) for name, key_id in conn.execute(query.order_by(metric_keys.c.name))]
 
 
 def points_page(
@@ -286,4 +286,4 @@ def points_page(
         .order_by(p.c.step)
         .limit(limit)
     )
-    return list(conn.execute(query).tuples())
+    return [(step, value, ts) for step, value, ts in conn.execute(query)]

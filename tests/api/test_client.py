@@ -1,0 +1,95 @@
+"""openruns.api.Client against a real server on loopback."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from openruns import ConfigurationError, NotFoundError, UnauthorizedError
+from openruns.api import Client
+from openruns.server import serve_in_thread
+
+from ..server.helpers import api, create_run, episode, metric_rows, ndjson, upload
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    handle = serve_in_thread(tmp_path_factory.mktemp("api-server"))
+    with api(handle.url) as http:
+        runs = [create_run(http, name=f"api-{i}", tags=["api"]) for i in range(5)]
+        rid = runs[-1]["id"]
+        upload(http, rid, "metrics", metric_rows(range(100), loss=lambda s: 1.0 / (s + 1)))
+        upload(http, rid, "metrics", metric_rows(range(0, 100, 10), acc=lambda s: s / 100))
+        records = [episode(i, step=i % 3, reward=float(i)) for i in range(700)]
+        upload(http, rid, "episodes", ndjson(records))
+    yield handle, runs, records
+    handle.stop()
+
+
+@pytest.fixture
+def client(server, monkeypatch):
+    monkeypatch.setenv("OPENRUNS_BASE_URL", server[0].url)
+    with Client() as c:
+        yield c
+
+
+def test_runs_and_run(server, client):
+    _, runs, _ = server
+    listed = list(client.runs(tag="api"))
+    assert [r["id"] for r in listed] == [r["id"] for r in reversed(runs)]
+    assert [r["id"] for r in client.runs(tag="api", limit=2)] == [runs[-1]["id"], runs[-2]["id"]]
+    assert [r["name"] for r in client.runs(name="API-3")] == ["api-3"]
+    assert client.run(runs[0]["id"])["name"] == "api-0"
+    with pytest.raises(NotFoundError):
+        client.run("missing")
+
+
+def test_metrics_rows_and_frames(server, client, monkeypatch):
+    rid = server[1][-1]["id"]
+    rows = client.metrics(rid)
+    assert rows[:2] == [
+        {"step": 0, "key": "acc", "value": 0.0},
+        {"step": 10, "key": "acc", "value": 0.1},
+    ]
+    assert len(rows) == 110
+    assert [r["step"] for r in client.metrics(rid, keys="loss")] == list(range(100))
+    downsampled = client.metrics(rid, keys=["loss"], max_points=10)
+    assert len(downsampled) <= 10 and downsampled[-1]["step"] == 99
+    frame = client.metrics_frame(rid, keys=["loss", "acc"])
+    assert list(frame.columns) == ["step", "key", "value"] and len(frame) == 110
+    wide = frame.pivot(index="step", columns="key", values="value")
+    assert wide.loc[10, "acc"] == 0.1 and wide.loc[10, "loss"] == 1 / 11
+    monkeypatch.setitem(sys.modules, "polars", None)  # as if polars were not installed
+    with pytest.raises(ConfigurationError, match="pip install polars"):
+        client.metrics_frame(rid, frame="polars")
+
+
+def test_episodes_follow_cursors(server, client):
+    _, runs, records = server
+    rid = runs[-1]["id"]
+    everything = list(client.episodes(rid))
+    assert len(everything) == 700  # two pages
+    step2 = list(client.episodes(rid, step=2, sort="-reward"))
+    expected = sorted(
+        (r for r in records if r["run"]["work"]["step"] == 2),
+        key=lambda r: -r["traces"][0]["reward"],
+    )
+    assert [e["id"] for e in step2] == [r["id"] for r in expected]
+    assert client.episode(rid, step2[0]["id"]) == expected[0]
+    assert list(client.episodes(rid, ok=True)) == []
+    assert list(client.episodes(rid, env="code")) == []
+
+
+def test_settings_and_errors(tmp_path):
+    with pytest.raises(ConfigurationError, match="OPENRUNS_BASE_URL"):
+        Client()
+    locked = serve_in_thread(tmp_path / "locked", auth=True)
+    try:
+        with (
+            Client(base_url=locked.url + "/api/v1/") as anonymous,
+            pytest.raises(UnauthorizedError),
+        ):
+            list(anonymous.runs())
+    finally:
+        locked.stop()

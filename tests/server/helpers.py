@@ -1,0 +1,140 @@
+"""Helpers of the server tests: a client bound to a real server, and upload bodies."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import zstandard
+
+from openruns.rundir import batch_key
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def api(url: str, token: str | None = None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=url + "/api/v1", headers=headers, timeout=30)
+
+
+def metric_rows(steps: Iterable[int], **values: Any) -> bytes:
+    """NDJSON metric rows, as the SDK's encoder writes them; value callables get the step."""
+    out = []
+    for step in steps:
+        row = {k: (v(step) if callable(v) else v) for k, v in values.items()}
+        out.append(orjson.dumps({"step": step, "ts": 1.0e9 + step, "values": row}) + b"\n")
+    return b"".join(out)
+
+
+def ndjson(records: Iterable[dict[str, Any]]) -> bytes:
+    return b"".join(orjson.dumps(r) + b"\n" for r in records)
+
+
+def episode(i: int, step: int, reward: float | None, **extra: Any) -> dict[str, Any]:
+    trace: dict[str, Any] = {"reward": reward, "num_total_tokens": 10 + i}
+    return {
+        "id": f"ep-{step}-{i}",
+        "run": {"work": {"step": step}},
+        "env": extra.pop("env", "math"),
+        "traces": [trace],
+        **extra,
+    }
+
+
+def encode(data: bytes, encoding: str) -> bytes:
+    if encoding == "zstd":
+        return zstandard.ZstdCompressor(level=1).compress(data)
+    if encoding == "gzip":
+        return gzip.compress(data, compresslevel=1)
+    return data
+
+
+def upload(
+    client: httpx.Client,
+    run_id: str,
+    kind: str,
+    data: bytes,
+    encoding: str = "zstd",
+    key: str | None = "auto",
+    stream: str | None = None,
+) -> httpx.Response:
+    """POST metrics or episodes like the SDK does (key "auto": sha256 of the body)."""
+    headers = {"Content-Encoding": encoding, "Content-Type": "application/x-ndjson"}
+    if key == "auto":
+        key = batch_key(data)
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    if stream is not None:
+        headers["X-Openruns-Stream"] = stream
+    return client.post(f"/runs/{run_id}/{kind}", content=encode(data, encoding), headers=headers)
+
+
+def create_run(client: httpx.Client, **fields: Any) -> dict[str, Any]:
+    response = client.post("/runs", json={"kind": "train", **fields})
+    assert response.status_code in (200, 201), response.text
+    return response.json()
+
+
+def error_of(response: httpx.Response) -> tuple[int, str, str]:
+    body = response.json()
+    return response.status_code, body["error"]["code"], body["error"]["message"]
+
+
+class ServerProcess:
+    """`openruns server` as a child process, to be SIGKILLed and restarted on the same data.
+    Its output goes to a log file (a pipe nobody reads could fill up and stall it)."""
+
+    def __init__(self, data_dir: Path, *extra: str):
+        self.data_dir = data_dir
+        self.extra = extra
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.log = data_dir.parent / f"{data_dir.name}-server.log"
+
+    def start(self, port: int = 0) -> ServerProcess:
+        args = [sys.executable, "-m", "openruns.cli", "server", "--port", str(port)]
+        args += ["--data-dir", str(self.data_dir), *self.extra]
+        env = {**os.environ, "PYTHONPATH": SRC}
+        with self.log.open("ab") as log:
+            offset = log.tell()
+            self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            output = self.log.read_bytes()[offset:].decode(errors="replace")
+            match = re.search(r"openruns server listening on (http://\S+)", output)
+            if match:
+                self.url = match.group(1)
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"openruns server did not start: {self.output()}")
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)

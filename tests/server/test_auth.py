@@ -1,0 +1,109 @@
+"""Auth: API keys per team (404 across teams), per-run tokens, rate limits, safe binding."""
+
+from __future__ import annotations
+
+import pytest
+
+from openruns.cli import main as openruns_main
+from openruns.server.config import ServerConfigError, ServerSettings
+
+from .helpers import api, create_run, error_of, metric_rows, upload
+
+
+def new_key(data_dir, team, capsys) -> str:
+    assert openruns_main(["keys", "create", "--team", team, "--data-dir", str(data_dir)]) == 0
+    out, err = capsys.readouterr()
+    assert "not shown again" in err
+    return out.strip()
+
+
+@pytest.fixture
+def auth_server(make_server, tmp_path, capsys):
+    data = tmp_path / "auth-data"
+    keys = {team: new_key(data, team, capsys) for team in ("red", "blue")}
+    return make_server(data_dir=data, auth=True), keys, data
+
+
+def test_a_key_sees_only_its_team(auth_server):
+    server, keys, _ = auth_server
+    with api(server.url, keys["red"]) as red, api(server.url, keys["blue"]) as blue:
+        mine = create_run(red)
+        assert mine["team_id"] == "red"
+        rid = mine["id"]
+        assert red.get(f"/runs/{rid}").status_code == 200
+        for response in (
+            blue.get(f"/runs/{rid}"),
+            blue.patch(f"/runs/{rid}", json={"tags": ["x"]}),
+            blue.post(f"/runs/{rid}/finish", json={"status": "failed"}),
+            upload(blue, rid, "metrics", metric_rows([0], a=1)),
+            blue.get(f"/runs/{rid}/episodes"),
+        ):
+            assert error_of(response)[:2] == (404, "not_found")
+        assert [r["id"] for r in red.get("/runs").json()["items"]] == [rid]
+        assert blue.get("/runs").json()["items"] == []
+        # A client-chosen id taken by another team is a conflict, not that team's run.
+        status, code, _ = error_of(blue.post("/runs", json={"id": rid, "kind": "eval"}))
+        assert (status, code) == (409, "run_id_taken")
+        other_team = red.post("/runs", json={"kind": "eval", "team_id": "blue"})
+        assert other_team.status_code == 403
+
+
+def test_missing_bad_and_revoked_keys_are_401(auth_server, capsys):
+    server, keys, data = auth_server
+    with api(server.url) as anonymous:
+        status, code, message = error_of(anonymous.get("/runs"))
+        assert (status, code) == (401, "unauthorized") and "openruns keys create" in message
+        assert anonymous.get("/health").status_code == 200
+    for token in ("ork_wrong", "orr_" + "0" * 64 + "_x", "Basic xyz", "nonsense"):
+        with api(server.url, token) as bad:
+            assert bad.get("/runs").status_code == 401
+    assert openruns_main(["keys", "list", "--data-dir", str(data)]) == 0
+    listing = capsys.readouterr().out
+    assert "red" in listing and keys["red"] not in listing
+    red_id = next(line.split("\t")[0] for line in listing.splitlines() if "\tred\t" in line)
+    assert openruns_main(["keys", "revoke", red_id, "--data-dir", str(data)]) == 0
+    with api(server.url, keys["red"]) as revoked:
+        assert revoked.get("/runs").status_code == 401
+    assert openruns_main(["keys", "revoke", red_id, "--data-dir", str(data)]) == 1
+
+
+def test_a_run_token_reaches_its_run_only(auth_server):
+    server, keys, _ = auth_server
+    with api(server.url, keys["red"]) as red:
+        run = create_run(red)
+        other = create_run(red)["id"]
+    with api(server.url, run["token"]) as token:
+        rid = run["id"]
+        assert upload(token, rid, "metrics", metric_rows([0, 1], a=1)).status_code == 200
+        assert token.post(f"/runs/{rid}/heartbeat").json() == {"status": "running"}
+        assert token.get(f"/runs/{rid}/metrics/keys").status_code == 200
+        assert [r["id"] for r in token.get("/runs").json()["items"]] == [rid]
+        assert error_of(token.get(f"/runs/{other}"))[:2] == (404, "not_found")
+        assert error_of(upload(token, other, "metrics", metric_rows([0], a=1)))[0] == 403
+        assert token.post(f"/runs/{other}/finish", json={"status": "failed"}).status_code == 403
+        assert error_of(token.post("/runs", json={"kind": "eval"}))[:2] == (403, "forbidden")
+        assert token.post(f"/runs/{rid}/finish", json={"status": "completed"}).status_code == 200
+
+
+def test_rate_limit_answers_429_with_retry_after(make_server, tmp_path, capsys):
+    data = tmp_path / "limited"
+    key = new_key(data, "t", capsys)
+    server = make_server(data_dir=data, auth=True, rate_limit=1.0, rate_burst=3)
+    with api(server.url, key) as http:
+        codes = [http.get("/runs").status_code for _ in range(4)]
+        assert codes == [200, 200, 200, 429]
+        limited = http.get("/runs")
+        assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
+        assert limited.json()["error"]["code"] == "rate_limited"
+
+
+def test_auth_is_off_on_loopback_and_required_elsewhere():
+    assert ServerSettings(host="127.0.0.1").auth_enabled() is False
+    assert ServerSettings(host="::1").auth_enabled() is False
+    assert ServerSettings(host="localhost").auth_enabled() is False
+    assert ServerSettings(host="0.0.0.0", auth=True).auth_enabled() is True
+    assert ServerSettings(host="0.0.0.0", insecure=True).auth_enabled() is False
+    with pytest.raises(ServerConfigError, match="--auth .* or --insecure"):
+        ServerSettings(host="0.0.0.0").auth_enabled()
+    with pytest.raises(ServerConfigError):
+        ServerSettings(host="10.1.2.3").auth_enabled()

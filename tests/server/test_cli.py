@@ -1,0 +1,92 @@
+"""`openruns server` as a command: the startup line, one-line errors, a cheap import."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from openruns.server.config import DEFAULT_PORT, default_data_dir
+
+from .helpers import SRC, ServerProcess
+
+
+def openruns(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "openruns.cli", *args],
+        env={**os.environ, "PYTHONPATH": SRC},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_server_prints_its_url_serves_and_stops_on_sigterm(tmp_path):
+    server = ServerProcess(tmp_path / "data").start(port=0)
+    try:
+        health = httpx.get(server.url + "/api/v1/health", timeout=10).json()
+        assert health["status"] == "ok" and "zstd" in health["encodings"]
+        assert httpx.get(server.url + "/", timeout=10).status_code == 200
+        assert (tmp_path / "data" / "openruns.db").exists()
+        assert "auth off" in server.output()
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGTERM)
+        # uvicorn shuts down gracefully, then re-raises the signal it caught.
+        assert server.proc.wait(15) in (0, -signal.SIGTERM)
+    finally:
+        server.stop()
+
+
+def test_startup_errors_are_one_line(tmp_path):
+    unsafe = openruns("server", "--host", "0.0.0.0", "--data-dir", str(tmp_path / "d"))
+    assert unsafe.returncode == 2
+    assert unsafe.stderr.count("\n") == 1 and "Traceback" not in unsafe.stderr
+    assert "--auth" in unsafe.stderr and "--insecure" in unsafe.stderr
+    assert not (tmp_path / "d").exists()
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        in_use = openruns("server", "--port", port, "--data-dir", str(tmp_path / "d"))
+    assert in_use.returncode == 2 and in_use.stderr.count("\n") == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in in_use.stderr
+
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    bad_dir = openruns("server", "--port", "0", "--data-dir", str(not_a_dir))
+    assert bad_dir.returncode == 2 and bad_dir.stderr.count("\n") == 1
+    assert "cannot open the data directory" in bad_dir.stderr
+
+
+def test_building_the_command_line_does_not_import_the_server_stack():
+    code = (
+        "import sys\n"
+        "from openruns.cli import main\n"
+        "try:\n"
+        "    main(['server', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = [m for m in ('fastapi', 'sqlalchemy', 'uvicorn', 'alembic') if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": SRC},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "HEAVY []" in done.stdout, done.stdout + done.stderr
+    assert "OPENRUNS_DATA_DIR" in done.stdout and str(DEFAULT_PORT) in done.stdout
+
+
+def test_default_data_dir():
+    assert default_data_dir({"OPENRUNS_DATA_DIR": "/srv/x"}) == Path("/srv/x")
+    assert default_data_dir({"XDG_DATA_HOME": "/xdg"}) == Path("/xdg/openruns")
+    assert default_data_dir({}) == Path.home() / ".local" / "share" / "openruns"

@@ -1,0 +1,148 @@
+"""Episodes over HTTP: ingest, replay, steps, sorted/filtered pages, one record, exports."""
+
+from __future__ import annotations
+
+import io
+
+import orjson
+import pyarrow.parquet as pq
+
+from openruns.rundir import batch_key
+from openruns.server.segments import FRAME_BYTES
+
+from .helpers import create_run, episode, error_of, ndjson, upload
+
+
+def all_pages(client, path, **params):
+    items, cursor = [], None
+    while True:
+        page = client.get(path, params={**params, **({"cursor": cursor} if cursor else {})}).json()
+        items += page["items"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return items
+
+
+def test_ingest_replay_and_read_one_record_byte_for_byte(client):
+    rid = create_run(client)["id"]
+    records = [episode(i, step=i // 4, reward=float(i % 3)) for i in range(12)]
+    data = ndjson(records)
+    response = upload(client, rid, "episodes", data)
+    assert response.json() == {"status": "committed", "records": 12, "receipt": batch_key(data)}
+    again = upload(client, rid, "episodes", data, encoding="gzip")
+    assert again.json() == response.json()
+    assert len(all_pages(client, f"/runs/{rid}/episodes")) == 12
+    got = client.get(f"/runs/{rid}/episodes/ep-2-9")
+    assert got.headers["content-type"] == "application/json"
+    assert got.content == orjson.dumps(records[9])
+    assert error_of(client.get(f"/runs/{rid}/episodes/nope"))[:2] == (404, "not_found")
+
+
+def test_steps_sorting_filters_and_pages(client):
+    rid = create_run(client)["id"]
+    records = [
+        episode(
+            i,
+            step=i % 3,
+            reward=None if i % 7 == 0 else float(i),
+            ok=i % 2 == 0,
+            env="code" if i % 5 == 0 else "math",
+        )
+        for i in range(60)
+    ]
+    upload(client, rid, "episodes", ndjson(records[:30]))
+    upload(client, rid, "episodes", ndjson(records[30:]), encoding="identity")
+    steps = client.get(f"/runs/{rid}/steps").json()
+    assert [s["step"] for s in steps] == [0, 1, 2] and sum(s["count"] for s in steps) == 60
+    step1 = [r for r in records if r["run"]["work"]["step"] == 1]
+    rewards = [r["traces"][0]["reward"] for r in step1]
+    mean = sum(x for x in rewards if x is not None) / len([x for x in rewards if x is not None])
+    assert abs(steps[1]["avg_reward"] - mean) < 1e-9
+
+    path = f"/runs/{rid}/episodes"
+    best = all_pages(client, path, step=1, sort="-reward", limit=3)
+    known = sorted((x for x in rewards if x is not None), reverse=True)
+    assert [r["reward"] for r in best] == known + [None] * rewards.count(None)
+    worst = all_pages(client, path, step=1, sort="reward", limit=4)
+    assert [r["reward"] for r in worst] == sorted(known) + [None] * rewards.count(None)
+    ok_code = all_pages(client, path, env="code", ok="true", limit=2)
+    expected = [r["id"] for r in records if r["env"] == "code" and r["ok"]]
+    assert sorted(r["id"] for r in ok_code) == sorted(expected)
+    by_step = all_pages(client, path, sort="step", limit=7)
+    assert [r["step"] for r in by_step] == sorted(r["step"] for r in by_step)
+    row = by_step[0]
+    assert set(row) == {"id", "stream", "step", "reward", "env", "ok", "tokens", "duration"}
+    assert row["tokens"] == 10 + int(row["id"].rsplit("-", 1)[1])
+
+
+def test_traces_stream_ids_and_large_records(client):
+    rid = create_run(client)["id"]
+    traces = [{"id": "a/b?c", "reward": 1.0, "step": 3}, {"no_id": True}]
+    assert upload(client, rid, "episodes", ndjson(traces), stream="traces").status_code == 200
+    rows = client.get(f"/runs/{rid}/episodes", params={"stream": "traces"}).json()["items"]
+    assert [r["stream"] for r in rows] == ["traces", "traces"] and rows[0]["step"] == 3
+    assert len(rows[1]["id"]) == 32  # the server names a record that has no id
+    assert client.get(f"/runs/{rid}/episodes/a%2Fb%3Fc").json() == traces[0]
+    assert client.get(f"/runs/{rid}/episodes/{rows[1]['id']}").json() == traces[1]
+    assert client.get(f"/runs/{rid}/episodes").json()["items"] == []
+
+    big = [episode(i, step=0, reward=1.0, blob="x" * (FRAME_BYTES // 2 + i)) for i in range(5)]
+    upload(client, rid, "episodes", ndjson(big))
+    for record in big:
+        assert client.get(f"/runs/{rid}/episodes/{record['id']}").json() == record
+
+
+def test_bad_lines_are_named_and_nothing_is_stored(client):
+    rid = create_run(client)["id"]
+    body = ndjson([episode(0, 0, 1.0)]) + b"\n" + b'"just a string"\n'
+    status, code, message = error_of(upload(client, rid, "episodes", body))
+    assert (status, code) == (400, "invalid_ndjson") and message.startswith("line 3:")
+    big_step = b'{"id": "x", "step": 18446744073709551615}\n'  # fits u64, not SQL's i64
+    assert error_of(upload(client, rid, "episodes", big_step))[0] == 400
+    assert client.get(f"/runs/{rid}/steps").json() == []
+    stream = upload(client, rid, "episodes", b"{}\n", stream="logs")
+    assert error_of(stream)[0] == 422
+
+
+def test_exports_stream_everything(client):
+    rid = create_run(client)["id"]
+    records = [episode(i, step=i, reward=i / 2) for i in range(7)]
+    upload(client, rid, "episodes", ndjson(records[:3]))
+    upload(client, rid, "episodes", ndjson(records[3:]))
+    rows = b'{"step": 1, "ts": 5.0, "values": {"a": 1, "b": 2}}\n{"step": 2, "values": {"a": 3}}\n'
+    upload(client, rid, "metrics", rows)
+
+    nd = client.get(f"/runs/{rid}/export/episodes.ndjson")
+    assert nd.headers["content-type"] == "application/x-ndjson"
+    assert nd.content == ndjson(records)
+    table = pq.read_table(io.BytesIO(client.get(f"/runs/{rid}/export/episodes.parquet").content))
+    assert table.column_names == [
+        "id",
+        "stream",
+        "step",
+        "reward",
+        "env",
+        "ok",
+        "tokens",
+        "duration",
+        "record",
+    ]
+    assert [orjson.loads(r) for r in table.column("record").to_pylist()] == records
+    assert table.column("reward").to_pylist() == [i / 2 for i in range(7)]
+
+    lines = client.get(f"/runs/{rid}/export/metrics.ndjson").content.splitlines()
+    assert [orjson.loads(line) for line in lines] == [
+        {"key": "a", "step": 1, "value": 1.0, "ts": 5.0},
+        {"key": "a", "step": 2, "value": 3.0, "ts": None},
+        {"key": "b", "step": 1, "value": 2.0, "ts": 5.0},
+    ]
+    metrics = pq.read_table(io.BytesIO(client.get(f"/runs/{rid}/export/metrics.parquet").content))
+    assert metrics.to_pylist() == [orjson.loads(line) for line in lines]
+    empty = create_run(client)["id"]
+    assert (
+        pq.read_table(
+            io.BytesIO(client.get(f"/runs/{empty}/export/metrics.parquet").content)
+        ).num_rows
+        == 0
+    )
+    assert client.get(f"/runs/{rid}/export/other.csv").status_code == 422

@@ -1,0 +1,156 @@
+"""The store without HTTP: metric merge and downsampling against a brute-force model, blobs,
+body decoding, migrations."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import os
+
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from openruns.server.body import decompress
+from openruns.server.errors import ApiError
+from openruns.server.store import LocalBlobStore, Store
+from openruns.server.store import metrics as metric_sql
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    opened = Store.open(f"sqlite:///{tmp_path_factory.mktemp('store')}/openruns.db")
+    yield opened
+    opened.close()
+
+
+_runs = itertools.count(1000)
+
+
+@st.composite
+def series_case(draw):
+    start = draw(st.integers(0, 2_000_000))
+    dense = draw(st.integers(0, 6000))
+    sparse = draw(st.lists(st.integers(0, 5_000_000), max_size=60))
+    steps = sorted(set(range(start, start + dense)) | set(sparse))
+    value = st.floats(-1e6, 1e6, allow_nan=False)
+    batches = draw(st.integers(1, 3))
+    # Later batches rewrite a random subset of steps: last write wins.
+    writes = [{s: draw(value) for s in steps}]
+    for _ in range(batches - 1):
+        rewrite = draw(st.lists(st.sampled_from(steps), max_size=50)) if steps else []
+        writes.append({s: draw(value) for s in rewrite})
+    lo = draw(st.integers(0, 5_000_000))
+    hi = draw(st.integers(lo, 5_000_001))
+    if draw(st.booleans()):
+        lo, hi = 0, metric_sql.MAX_STEP
+    return writes, lo, hi, draw(st.integers(1, 400))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=series_case())
+def test_downsampled_series_matches_brute_force(store, case):
+    writes, lo, hi, max_points = case
+    run_seq = next(_runs)
+    truth: dict[int, float] = {}
+    for batch in writes:
+        store.db.write_sync(
+            metric_sql.write_points, run_seq, {("m", s): (v, None) for s, v in batch.items()}
+        )
+        truth.update(batch)
+    points = sorted((s, v) for s, v in truth.items() if lo <= s <= hi)
+    series, downsampled = store.db.read_sync(metric_sql.series, run_seq, ["m"], lo, hi, max_points)
+    if not truth:
+        assert series == {}
+        return
+    got = series["m"]
+    if len(points) <= max_points:
+        assert not downsampled
+        assert got["step"] == [s for s, _ in points]
+        assert got["value"] == got["min"] == got["max"] == [v for _, v in points]
+        return
+    assert downsampled
+    assert 0 < len(got["step"]) <= max_points
+    assert got["step"] == sorted(set(got["step"])) and got["step"][-1] == points[-1][0]
+    # Each bucket is the run of points after the previous bucket's step up to its own step:
+    # its value is the last of them, min and max over all of them.
+    i = 0
+    for step, value, low, high in zip(
+        got["step"], got["value"], got["min"], got["max"], strict=True
+    ):
+        bucket = []
+        while i < len(points) and points[i][0] <= step:
+            bucket.append(points[i][1])
+            i += 1
+        assert bucket and points[i - 1][0] == step
+        assert (value, low, high) == (bucket[-1], min(bucket), max(bucket))
+    assert i == len(points)
+
+
+def test_key_stats_and_merge(store):
+    run_seq = next(_runs)
+    store.db.write_sync(
+        metric_sql.write_points, run_seq, {("a", s): (1.0, None) for s in range(70000)}
+    )
+    store.db.write_sync(
+        metric_sql.write_points, run_seq, {("a", 5): (9.0, 1.0), ("b", 3): (2.0, None)}
+    )
+    stats = store.db.read_sync(metric_sql.key_stats, run_seq)
+    assert stats == [
+        {"key": "a", "last_step": 69999, "last_value": 1.0, "count": 70000},
+        {"key": "b", "last_step": 3, "last_value": 2.0, "count": 1},
+    ]
+    series, _ = store.db.read_sync(metric_sql.series, run_seq, ["a"], 4, 6, 0)
+    assert series["a"]["value"] == [1.0, 9.0, 1.0]
+
+
+def test_blob_store_writes_atomically(tmp_path):
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    blobs.put_atomic("runs/1/episodes/x.ndjson.zst", b"0123456789")
+    assert blobs.get("runs/1/episodes/x.ndjson.zst") == b"0123456789"
+    assert blobs.get_range("runs/1/episodes/x.ndjson.zst", 3, 4) == b"3456"
+    assert blobs.exists("runs/1/episodes/x.ndjson.zst")
+    assert os.listdir(tmp_path / "blobs" / "runs" / "1" / "episodes") == ["x.ndjson.zst"]
+    for bad in ("", "../x", "a//b", "a/./b", "/abs", ".hidden"):
+        with pytest.raises(ValueError):
+            blobs.put_atomic(bad, b"")
+
+
+def test_decompress_caps_the_output_not_the_input():
+    bomb = zstandard.ZstdCompressor(level=19).compress(b"\0" * (8 << 20))
+    assert len(bomb) < 4096
+    with pytest.raises(ApiError) as err:
+        decompress(bomb, "zstd", 1 << 20)
+    assert (err.value.status_code, err.value.code) == (413, "decompressed_body_too_large")
+    gz_bomb = gzip.compress(b"\0" * (8 << 20))
+    with pytest.raises(ApiError) as err:
+        decompress(gz_bomb, "gzip", 1 << 20)
+    assert err.value.status_code == 413
+    two_members = gzip.compress(b"a\n") + gzip.compress(b"b\n")
+    assert decompress(two_members, "gzip", 100) == b"a\nb\n"
+    frames = zstandard.ZstdCompressor().compress(b"a\n") + zstandard.ZstdCompressor().compress(
+        b"b\n"
+    )
+    assert decompress(frames, "zstd", 100) == b"a\nb\n"
+    for body, encoding in (
+        (b"not zstd", "zstd"),
+        (b"not gzip", "gzip"),
+        (gzip.compress(b"x")[:-3], "gzip"),
+    ):
+        with pytest.raises(ApiError) as err:
+            decompress(body, encoding, 100)
+        assert err.value.status_code == 400
+    with pytest.raises(ApiError) as err:
+        decompress(b"", "br", 100)
+    assert err.value.status_code == 415
+
+
+def test_migrations_run_once_and_the_secret_is_stable(tmp_path):
+    url = f"sqlite:///{tmp_path}/openruns.db"
+    first = Store.open(url)
+    secret = first.secret
+    first.close()
+    second = Store.open(url)
+    assert second.secret == secret
+    second.close()
