@@ -285,6 +285,7 @@ class Run:
                 lambda: self._backend.finalize(self._status, self._error, self.summary, losses),
             )
             unexport_run(self._id)
+        self._contain("closing the connection", self._backend.close)
         exits.closed(self)
         self._report_losses(drained)
 

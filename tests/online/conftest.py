@@ -68,15 +68,19 @@ class ServerProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
+        self.proc.stdout.close()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        self.proc.stdout.close()
 
 
 @pytest.fixture

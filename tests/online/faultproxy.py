@@ -52,6 +52,7 @@ class FaultProxy:
     def stop(self) -> None:
         self._loop.call_soon_threadsafe(self._stopping.set)
         self._thread.join(10)
+        self._loop.close()
 
     def _main(self) -> None:
         asyncio.set_event_loop(self._loop)

@@ -67,11 +67,11 @@ def test_ten_percent_faults_every_record_exactly_once(server, tmp_path, monkeypa
         for step in range(400):
             run.log_metrics({"loss": float(step), "reward": step / 400}, step=step)
             if step % 2 == 0:
-                run.log_episodes([_episode(step, step)])
+                run.log_episodes([_episode(step, step, size=6000)])  # ~one batch each
         run.finish(timeout=120)
     finally:
         proxy.stop()
-    assert proxy.requests > 100 and sum(proxy.faults.values()) >= 10, proxy.faults
+    assert proxy.requests > 200 and sum(proxy.faults.values()) >= 15, proxy.faults
     assert (run.dropped_records, run.failed_records) == (0, {}), run.errors
     assert metric_points(server.url, run.id, "loss") == [(s, float(s)) for s in range(400)]
     ids = [e["id"] for e in all_episodes(server.url, run.id)]
@@ -152,6 +152,7 @@ time.sleep(60)
     assert get(proc.url, f"/runs/{run_id}")["status"] == "running"
     producer.send_signal(signal.SIGKILL)
     producer.wait(10)
+    producer.stdout.close()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         doc = get(proc.url, f"/runs/{run_id}")
@@ -211,12 +212,16 @@ def test_offline_run_synced_to_a_server(server, tmp_path):
     from openruns.sync import sync_run
     from openruns.upload.http import ApiClient
 
-    result = sync_run(ApiClient(server.url, None), run.dir)
-    assert result.errors == [] and result.records == 42
-    doc = get(server.url, f"/runs/{run.id}")
-    assert (doc["status"], doc["error"]) == ("failed", "RuntimeError: diverged")
-    again = sync_run(ApiClient(server.url, None), run.dir)
-    assert (again.frames, again.skipped) == (0, result.frames)
+    client = ApiClient(server.url, None)
+    try:
+        result = sync_run(client, run.dir)
+        assert result.errors == [] and result.records == 42
+        doc = get(server.url, f"/runs/{run.id}")
+        assert (doc["status"], doc["error"]) == ("failed", "RuntimeError: diverged")
+        again = sync_run(client, run.dir)
+        assert (again.frames, again.skipped) == (0, result.frames)
+    finally:
+        client.close()
 
 
 def test_a_wrong_key_fails_init(server_process, tmp_path):

@@ -35,3 +35,7 @@ class Backend(Protocol):
     def close_writer(self, writer_id: str | None, stats: Stats, dropped: int) -> None:
         """Record what this process wrote and lost (owner and attached)."""
         ...
+
+    def close(self) -> None:
+        """Release connections; the last call of the run's teardown."""
+        ...

@@ -24,5 +24,8 @@ class DisabledBackend:
     ) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
     def close_writer(self, writer_id: str | None, stats: Stats, dropped: int) -> None:
         pass

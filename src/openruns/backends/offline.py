@@ -66,6 +66,9 @@ class OfflineBackend:
             finished_at=time.time(),
         )
 
+    def close(self) -> None:
+        pass
+
     def close_writer(self, writer_id: str | None, stats: Stats, dropped: int) -> None:
         if writer_id is None:
             return

@@ -170,6 +170,10 @@ class ServerBackend:
     def close_writer(self, writer_id: str | None, stats: Stats, dropped: int) -> None:
         self.local.close_writer(writer_id, stats, dropped)
 
+    def close(self) -> None:
+        self._stop_heartbeat.set()
+        self.client.close()
+
     # -- heartbeats ---------------------------------------------------------------------------
 
     def _start_heartbeat(self) -> None:

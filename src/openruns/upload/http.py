@@ -35,6 +35,7 @@ __all__ = ["ApiClient", "backoff_delay", "retryable", "retrying"]
 T = TypeVar("T")
 MAX_RETRY_AFTER = 60.0
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
+_ABANDONED: list[httpx.Client] = []
 
 
 class ApiClient:
@@ -109,6 +110,8 @@ class ApiClient:
 
     def drop(self) -> None:
         """After fork: a fresh pool; the parent's sockets are dropped, never closed."""
+        # Kept referenced: garbage collection would close the inherited sockets from the child.
+        _ABANDONED.append(self._client)
         self._client = self._new_client()
 
     def close(self) -> None:
