@@ -98,21 +98,28 @@ def iter_objects(data: bytes) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
     (line number, offset, length, object) for every non-empty NDJSON line; 400 naming the line
     when one is not a JSON object. Offsets and lengths exclude the newline.
     """
+    view = memoryview(data)  # lines are parsed in place, never copied out of the body
     offset = 0
-    for lineno, line in enumerate(data.split(b"\n"), 1):
-        length = len(line)
-        if line.strip():
-            try:
-                value = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise bad_request("invalid_ndjson", f"line {lineno}: invalid JSON: {exc}") from exc
-            if not isinstance(value, dict):
-                raise bad_request(
-                    "invalid_ndjson",
-                    f"line {lineno}: expected a JSON object, got {_json_type(value)}",
-                )
-            yield lineno, offset, length, value
-        offset += length + 1
+    lineno = 0
+    while offset <= len(data):
+        end = data.find(b"\n", offset)
+        if end < 0:
+            end = len(data)
+        lineno += 1
+        line = view[offset:end]
+        start, offset = offset, end + 1
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            if not bytes(line).strip():
+                continue  # blank lines are allowed
+            raise bad_request("invalid_ndjson", f"line {lineno}: invalid JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise bad_request(
+                "invalid_ndjson",
+                f"line {lineno}: expected a JSON object, got {_json_type(value)}",
+            )
+        yield lineno, start, end - start, value
 
 
 def _json_type(value: Any) -> str:
