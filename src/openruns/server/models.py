@@ -52,7 +52,11 @@ class ConfigIn(_Body):
     filename: ShortText | None = None
 
 
-class Losses(_Body):
+class Losses(BaseModel):
+    # Extra counters are kept as sent: an SDK that reports a new kind of loss must still be
+    # able to finish its run on an older server.
+    model_config = ConfigDict(extra="allow")
+
     dropped_records: Count = 0
     failed_records: dict[ShortText, Count] = Field(default_factory=dict)
 

@@ -13,7 +13,6 @@ from ..handlers import JSON
 from ..ingest import upload_episodes
 from ..models import EpisodesPage, EpisodesReceipt, StepRow
 from ..segments import read_record
-from ..store.episodes import SORTS
 from ..store.metrics import MAX_STEP
 from .deps import Caller, State, decode_cursor, encode_cursor, readable_run, writable_run
 from .metrics import NDJSON_BODY, UploadKey
@@ -78,7 +77,6 @@ async def list_episodes(
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> JSON:
     """Index rows, sorted (NULLs last) and filtered, one page at a time."""
-    assert sort in SORTS
     run = await readable_run(state, caller, run_id)
     after = decode_cursor(cursor, ((int, float, type(None)), (int,)))
     items, last = await state.store.list_episodes(
