@@ -5,7 +5,7 @@ A segment is the upload's NDJSON lines, byte for byte, in zstd frames of about F
 input each (a line is never split; a bigger line gets a frame of its own). `zstd -dc segment`
 gives the NDJSON back. An index row locates its record by the frame (offset and length in the
 blob) and the line inside the decompressed frame, so reading one episode decompresses one frame
-(at most a few hundred KiB, or the episode itself), never the whole segment.
+(about 1 MiB, or the episode itself), never the whole segment.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from .store.metrics import MAX_STEP
 
 __all__ = ["FRAME_BYTES", "Segment", "build_segment", "iter_segment", "read_record"]
 
-FRAME_BYTES = 256 * 1024
+# 1 MiB: compresses ~7% smaller and faster than 256 KiB frames on rollout JSON, and one
+# frame still decompresses in a few ms when a single episode is read.
+FRAME_BYTES = 1024 * 1024
 MAX_ID_CHARS = 256
 _MIN_INT = -(2**63)
 
