@@ -31,7 +31,6 @@ def test_server_prints_its_url_serves_and_stops_on_sigterm(tmp_path):
     try:
         health = httpx.get(server.url + "/api/v1/health", timeout=10).json()
         assert health["status"] == "ok" and "zstd" in health["encodings"]
-        assert httpx.get(server.url + "/", timeout=10).status_code == 200
         assert (tmp_path / "data" / "openruns.db").exists()
         assert "auth off" in server.output()
         assert server.proc is not None
