@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from ..errors import overloaded
 
@@ -96,6 +96,12 @@ class Database:
                 return fn(conn, *args)
         except OperationalError as exc:
             raise _busy(exc) from exc
+        except IntegrityError as exc:
+            # Only another process writing the same row at the same time (a replica, or a
+            # retried request racing its first attempt) gets here: the replay will find it.
+            raise overloaded(
+                "a concurrent write of the same data won; retry", code="write_conflict"
+            ) from exc
 
     def _read(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         try:
