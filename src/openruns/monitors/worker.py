@@ -86,7 +86,7 @@ class MonitorWorker:
             if self._try_put(call):
                 return
             delay = min(delay * 2, 0.02)
-        self._drop(call, f"its queue stayed full for {PUT_TIMEOUT_SECONDS:.0f} s")
+        self._drop(call, f"its queue stayed full for {PUT_TIMEOUT_SECONDS:g} s")
 
     def _try_put(self, call: _Call) -> bool:
         with self._cond:
