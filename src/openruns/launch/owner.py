@@ -38,11 +38,14 @@ class OwnedRun:
         if self.run.mode == "online":
             if self.settings.base_url:
                 env["OPENRUNS_BASE_URL"] = self.settings.base_url
-            # Run credentials go here, and only here. Today the children get the key the owner
-            # resolved; once the SDK mints a per-run token for the owner's run, export that
-            # token instead, so a component can write to this run and nothing else.
-            if self.settings.api_key:
-                env["OPENRUNS_API_KEY"] = self.settings.api_key
+            # Run credentials go here, and only here: the per-run token the server minted for
+            # the owner (it can write to this run and nothing else), else the key the owner
+            # resolved (a server without auth mints none).
+            key = self.run.token or self.settings.api_key
+            if key:
+                env["OPENRUNS_API_KEY"] = key
+            else:
+                env.pop("OPENRUNS_API_KEY", None)
         return env
 
 
