@@ -158,3 +158,17 @@ def test_a_launcher_inside_a_launch_attaches_and_leaves_the_status_to_the_owner(
     assert "attached to run" in proc.stderr
     _, doc = the_run(tmp_path / "runs")  # one run: the inner launcher created none
     assert (doc["status"], doc["error"]) == ("completed", None)
+
+
+def test_sighup_fails_the_run(tmp_path):
+    child = script(tmp_path, "child.py", TEARDOWN_CHILD)
+    owner = spawn_cli(
+        "run", "--mode", "offline", "--dir", "runs", "--", "python", child, str(tmp_path),
+        cwd=tmp_path,
+    )  # fmt: skip
+    wait_for(tmp_path / "ready")
+    owner.send_signal(signal.SIGHUP)
+    owner.communicate(timeout=30)
+    assert owner.returncode == 129
+    _, doc = the_run(tmp_path / "runs")
+    assert (doc["status"], doc["error"]) == ("failed", "RuntimeError: terminated by SIGHUP")

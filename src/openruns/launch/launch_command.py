@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import orjson
 
-    from ..errors import ConfigurationError
+    from ..errors import ConfigurationError, OpenrunsError
     from ..monitors.config import COMPONENT_ENV, MONITORS_ENV
     from .job import load_job
     from .owner import close_run, open_run
@@ -57,11 +57,16 @@ def run(args: argparse.Namespace) -> int:
             mode=job.run.get("mode"),
             dir=job.run.get("dir"),
         )
-    except ConfigurationError as exc:
+    except OpenrunsError as exc:  # bad settings, or the server refused the run
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     log_dir = job.log_dir / owned.run.id
-    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        owned.run.fail(RuntimeError(f"cannot create the log directory {log_dir}: {exc}"))
+        print(f"{PROG}: cannot create the log directory {log_dir}: {exc}", file=sys.stderr)
+        return 2
     supervisor = Supervisor(job.grace, PROG)
     supervisor.install_signal_handlers()
     base_env = owned.child_environment()

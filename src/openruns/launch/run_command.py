@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import ConfigurationError
+    from ..errors import OpenrunsError
     from .owner import close_run, open_run
     from .process import describe_exit
     from .supervisor import Supervisor
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
             mode=args.mode,
             dir=args.dir,
         )
-    except ConfigurationError as exc:
+    except OpenrunsError as exc:  # bad settings, or the server refused the run
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     supervisor = Supervisor(args.grace, PROG)

@@ -2,11 +2,11 @@
 Supervising child processes until they have all ended: the core of `openruns run` and `launch`.
 
 The main thread waits on one event queue fed by a waiter thread per child (its exit) and by
-the signal handlers (SIGTERM, SIGINT). The rules:
+the signal handlers (SIGTERM, SIGINT, SIGHUP). The rules:
 
 - the first child to fail (non-zero exit, or killed by a signal) while nothing is being
   stopped is *the* failure, and every other child is stopped;
-- a SIGTERM or SIGINT to the launcher is forwarded to every child's process group, which is
+- a SIGTERM, SIGINT or SIGHUP to the launcher is forwarded to every child's process group, which is
   then stopped the same way; a second signal SIGKILLs every group at once;
 - once every non-daemon child has exited, what is left (daemons, and any process a command
   left behind in its group) is stopped too;
@@ -30,7 +30,8 @@ from .process import Child, describe_exit, group_alive, kill_groups, signal_grou
 
 __all__ = ["Outcome", "Supervisor"]
 
-_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# SIGHUP too: the terminal of an interactive launch closing is an end like any other.
+_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _KILL_WAIT_SECONDS = 5.0
 
 
@@ -59,7 +60,8 @@ class Supervisor:
     # -- setup --------------------------------------------------------------------------------
 
     def install_signal_handlers(self) -> None:
-        """Take over SIGTERM/SIGINT (call after openruns.init(), whose handlers these replace)."""
+        """Take over SIGTERM/SIGINT/SIGHUP (call after openruns.init(), whose handlers these
+        replace)."""
         for signum in _SIGNALS:
             self._previous[signum] = signal.signal(signum, self._on_signal)
 
