@@ -63,6 +63,8 @@ class Supervisor:
         """Take over SIGTERM/SIGINT/SIGHUP (call after openruns.init(), whose handlers these
         replace)."""
         for signum in _SIGNALS:
+            if signal.getsignal(signum) is signal.SIG_IGN:
+                continue  # ignored on purpose (`nohup`): stays ignored, in the children too
             self._previous[signum] = signal.signal(signum, self._on_signal)
 
     def restore_signal_handlers(self) -> None:
