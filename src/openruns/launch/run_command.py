@@ -25,10 +25,14 @@ PROG = "openruns run"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.usage = "openruns run [options] -- CMD [ARG ...]"
     parser.add_argument("--name", help="run name (default: derived from the model or kind)")
-    parser.add_argument("--kind", choices=("train", "eval"), default="train")
+    parser.add_argument("--kind", choices=("train", "eval"), default="train", help="default train")
     parser.add_argument("--model", help="model the run trains or evaluates")
     parser.add_argument("--config", metavar="FILE", help="config file stored with the run")
-    parser.add_argument("--mode", choices=("online", "offline", "disabled"))
+    parser.add_argument(
+        "--mode",
+        choices=("online", "offline", "disabled"),
+        help="default: OPENRUNS_MODE, else online when a server is configured, else offline",
+    )
     parser.add_argument("--dir", help="where offline runs are written (default ./openruns)")
     parser.add_argument(
         "--grace",
