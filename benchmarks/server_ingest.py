@@ -235,6 +235,10 @@ def main() -> None:
     read_steps = 100_000 if args.quick else 1_000_000
 
     print(f"machine: {machine()}")
+    print(
+        "load average (1, 5, 15 min) at the start: "
+        + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    )
     with tempfile.TemporaryDirectory(prefix="openruns-bench-") as tmp:
         data_dir = Path(tmp) / "data"
         proc, url = start_server(data_dir)
@@ -260,6 +264,10 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(30)
+    # Other work on the machine shows in the figures: the load average says how much there was.
+    print(
+        "load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    )
 
 
 if __name__ == "__main__":
