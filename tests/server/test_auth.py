@@ -88,7 +88,7 @@ def test_a_run_token_reaches_its_run_only(auth_server):
 def test_rate_limit_answers_429_with_retry_after(make_server, tmp_path, capsys):
     data = tmp_path / "limited"
     key = new_key(data, "t", capsys)
-    server = make_server(data_dir=data, auth=True, rate_limit=1.0, rate_burst=3)
+    server = make_server(data_dir=data, auth=True, rate_limit=0.2, rate_burst=3)
     with api(server.url, key) as http:
         codes = [http.get("/runs").status_code for _ in range(4)]
         assert codes == [200, 200, 200, 429]

@@ -129,13 +129,13 @@ def test_finish_is_a_compare_and_set(client):
 
 
 def test_silent_runs_become_crashed(make_server):
-    server = make_server(heartbeat_timeout=0.6)
+    server = make_server(heartbeat_timeout=1.5)
     with api(server.url) as http:
         silent = create_run(http)["id"]
         beating = create_run(http)["id"]
         finished = create_run(http)["id"]
         http.post(f"/runs/{finished}/finish", json={"status": "completed"})
-        deadline = time.monotonic() + 3.0
+        deadline = time.monotonic() + 3.5
         while time.monotonic() < deadline:
             assert http.post(f"/runs/{beating}/heartbeat").json() == {"status": "running"}
             time.sleep(0.1)
