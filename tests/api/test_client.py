@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import pytest
@@ -93,3 +95,19 @@ def test_settings_and_errors(tmp_path):
             list(anonymous.runs())
     finally:
         locked.stop()
+
+
+def test_the_read_client_never_imports_the_server():
+    code = (
+        "import sys, openruns.api\n"
+        "print([m for m in ('openruns.server', 'fastapi', 'sqlalchemy') if m in sys.modules])\n"
+    )
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": src},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import time
 from collections.abc import Iterator, Sequence
@@ -100,7 +101,7 @@ class Client:
         if frame not in ("pandas", "polars"):
             raise ConfigurationError(f"frame must be 'pandas' or 'polars', got {frame!r}")
         try:
-            module = __import__(frame)
+            module = importlib.import_module(frame)
         except ImportError as exc:
             raise ConfigurationError(
                 f"metrics_frame(frame={frame!r}) needs {frame}, which is not installed: "
