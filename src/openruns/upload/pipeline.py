@@ -24,7 +24,14 @@ from typing import Any, Protocol
 
 from ..records import flatten_metrics, index_fields, record_step, stamp_run, to_mapping
 from . import fork
-from .encoder import Batch, BatchBuilder, encode_metrics_row, encode_record, yield_gil
+from .encoder import (
+    Batch,
+    BatchBuilder,
+    Piece,
+    encode_metrics_row,
+    encode_record,
+    yield_gil,
+)
 from .queue import Item, RecordQueue
 from .stats import Stats
 
@@ -35,8 +42,8 @@ logger = logging.getLogger("openruns")
 POLL_SECONDS = 0.2
 # A batch is handed on when it is this old even if not full, so readers see data within ~1 s.
 MAX_BATCH_AGE = 1.0
-HANDOFF_BATCHES = 4
-BATCH_BYTES = 16 * 1024 * 1024
+HANDOFF_BATCHES = 2
+BATCH_BYTES = 8 * 1024 * 1024
 LANES = {"metrics": ("metrics",), "records": ("episodes", "traces")}
 
 
@@ -168,7 +175,7 @@ class Pipeline:
 
     # -- encoding (encoder threads) -----------------------------------------------------------
 
-    def metrics_line(self, item: Item) -> bytes:
+    def metrics_line(self, item: Item) -> list[Piece]:
         values, dropped = flatten_metrics(item.payload)
         if dropped:
             self.stats.dropped_values += len(dropped)
@@ -182,7 +189,9 @@ class Pipeline:
                 )
         return encode_metrics_row(item.step, item.ts, values)
 
-    def record_line(self, stream: str, record: Any, step: int | None) -> tuple[bytes, dict] | None:
+    def record_line(
+        self, stream: str, record: Any, step: int | None
+    ) -> tuple[list[Piece], dict[str, Any]] | None:
         try:
             mapping = stamp_run(to_mapping(record), self._run_id, self._run_type)
             if step is not None and record_step(mapping, None) is None:
