@@ -100,17 +100,21 @@ def init(
     if inherited is not None and id is None:
         kind = inherited.kind or kind
 
-    if settings.mode == "disabled":
-        run_id = attach_id or f"disabled-{secrets.token_hex(8)}"
+    def opened(run_id: str, backend: Backend, attached: bool, run_dir: Path | None) -> Run:
         return Run(
             run_id=run_id,
             kind=kind,
             name=name,
             settings=settings,
-            backend=DisabledBackend(),
-            attached=attach_id is not None,
+            backend=backend,
+            attached=attached,
             config_source=config_source,
+            run_dir=run_dir,
         )
+
+    if settings.mode == "disabled":
+        run_id = attach_id or f"disabled-{secrets.token_hex(8)}"
+        return opened(run_id, DisabledBackend(), attach_id is not None, None)
 
     if attach_id is not None:
         run_dir = Path(
@@ -122,16 +126,7 @@ def init(
             backend: Backend = ServerBackend.attach(settings, attach_id, run_dir)
         else:
             backend = OfflineBackend.attach(run_dir)
-        return Run(
-            run_id=attach_id,
-            kind=kind,
-            name=name,
-            settings=settings,
-            backend=backend,
-            attached=True,
-            config_source=config_source,
-            run_dir=run_dir,
-        )
+        return opened(attach_id, backend, True, run_dir)
 
     run_id = new_run_id()
     name = name or _default_name(kind, envs, framework, model)
@@ -153,16 +148,7 @@ def init(
         backend = ServerBackend.create(settings, run_id, run_dir, metadata)
     else:
         backend = OfflineBackend.create(run_dir, metadata)
-    run = Run(
-        run_id=run_id,
-        kind=kind,
-        name=name,
-        settings=settings,
-        backend=backend,
-        attached=False,
-        config_source=config_source,
-        run_dir=run_dir,
-    )
+    run = opened(run_id, backend, False, run_dir)
     export_run(run_id, kind, str(run_dir))
     return run
 
