@@ -188,7 +188,7 @@ class ChunkWriter:
             self._open_chunk(max(chunk_numbers(self.stream_dir), default=-1) + 1)
         assert self._fd is not None
         offset = self._size
-        for part in frame:  # never joined: a copy of MBs would hold the GIL (encoding.py)
+        for part in frame:  # never joined: a copy of MBs would hold the GIL that long
             _write_all(self._fd, part)
         self._size += size
         return self._index(self._chunk, offset, size, fields)

@@ -6,8 +6,9 @@ The file monitor: metrics rows and an episode stream under `<output_dir>/monitor
                              per row, O_APPEND), readers merge rows by (step, producer)
     episodes/, episodes.index.jsonl   the episode stream (chunks.py)
 
-Episodes are encoded in GIL-sized pieces streamed into zstd (encoding.py) on the monitor's
-thread: the producer's event loop waits for neither, even on a 60 MB episode.
+Episodes are encoded by the SDK's encoder in GIL-sized pieces (`iter_pieces`: never joined, the
+GIL released between pieces) streamed straight into zstd (which releases the GIL), on the
+monitor's thread: the producer's event loop waits for neither, even on a 60 MB episode.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import orjson
 import zstandard
 
 from ...records import index_fields, to_mapping
+from ...upload.encoder import iter_pieces
 from ..base import Monitor, PartialFailure
 from ..config import FileMonitorConfig
-from ..encoding import compress_record
 from .chunks import ChunkWriter
 
 __all__ = ["FileMonitor", "file_monitor_dir"]
@@ -70,7 +71,7 @@ class FileMonitor(Monitor):
             try:
                 mapping = to_mapping(episode)
                 fields = index_fields(mapping, step)
-                frame, _ = compress_record(mapping, self._compressor)
+                frame = _compress(mapping, self._compressor)
             except Exception as exc:  # one bad record must not cost the rest of the call
                 failures.append(exc)
                 continue
@@ -114,6 +115,14 @@ class FileMonitor(Monitor):
             writer.open()
             self._writer = writer
         return self._writer
+
+
+def _compress(record: Any, compressor: zstandard.ZstdCompressor) -> list[bytes]:
+    """One zstd frame of the record's NDJSON line, as parts to write in order."""
+    cobj = compressor.compressobj()
+    parts = [chunk for piece in iter_pieces(record) if (chunk := cobj.compress(piece))]
+    parts.append(cobj.flush())
+    return parts
 
 
 def _reindex(line: bytes) -> dict[str, Any]:
