@@ -1,0 +1,82 @@
+"""
+The dashboard's pages. Each is a static shell (templates/base.html around one page template)
+whose script reads the JSON API (/api/v1) with the browser's credentials, so a page holds no
+data of its own and shows no more than the API would to the same caller:
+
+    /                                  runs: filter, search, pages of 50
+    /runs/{run_id}                     one run: header, live charts, steps, config, summary
+    /runs/{run_id}/steps/{step}        the episodes of one step, sorted by reward
+    /runs/{run_id}/episodes/{id}       one episode: its traces, messages, rewards, timing
+    /compare?runs=a,b                  several runs' series overlaid
+
+Path parameters are never written into the HTML: the scripts read them from the location.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from string import Template
+
+from fastapi import APIRouter
+from starlette.responses import HTMLResponse
+
+from .assets import PLOTLY_URL
+
+__all__ = ["router"]
+
+router = APIRouter(include_in_schema=False)
+
+# page -> (title, whether it draws charts)
+_PAGES = {
+    "runs": ("Runs", False),
+    "run": ("Run", True),
+    "step": ("Step", False),
+    "episode": ("Episode", False),
+    "compare": ("Compare runs", True),
+}
+
+
+def _template(name: str) -> str:
+    return resources.files(__package__).joinpath("templates", name).read_text("utf-8")
+
+
+@cache
+def render(page: str) -> str:
+    title, charts = _PAGES[page]
+    # async: the page's own script shows the header and tables while Plotly's 4.8 MB bundle is
+    # still compiling; charts wait for it (charts.js, plotlyReady).
+    scripts = f'<script async id="plotly" src="{PLOTLY_URL}"></script>\n' if charts else ""
+    scripts += f'<script type="module" src="/static/{page}.js"></script>'
+    return Template(_template("base.html")).substitute(
+        title=title, page=page, body=_template(f"{page}.html"), scripts=scripts
+    )
+
+
+def _page(page: str) -> HTMLResponse:
+    return HTMLResponse(render(page), headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/")
+async def runs_page() -> HTMLResponse:
+    return _page("runs")
+
+
+@router.get("/runs/{run_id}")
+async def run_page(run_id: str) -> HTMLResponse:
+    return _page("run")
+
+
+@router.get("/runs/{run_id}/steps/{step}")
+async def step_page(run_id: str, step: int) -> HTMLResponse:
+    return _page("step")
+
+
+@router.get("/runs/{run_id}/episodes/{episode_id}")
+async def episode_page(run_id: str, episode_id: str) -> HTMLResponse:
+    return _page("episode")
+
+
+@router.get("/compare")
+async def compare_page() -> HTMLResponse:
+    return _page("compare")

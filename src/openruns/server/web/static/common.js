@@ -1,0 +1,283 @@
+// Shared by every page: the API client (with the optional API key), polling, DOM building,
+// formatting, status badges and keyboard-navigable table rows. No dependencies.
+
+const API = "/api/v1";
+const KEY_STORAGE = "openruns.apiKey";
+
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+function apiKey() {
+  try {
+    return localStorage.getItem(KEY_STORAGE);
+  } catch {
+    return null;
+  }
+}
+
+function authHeaders() {
+  const key = apiKey();
+  return key ? { Authorization: `Bearer ${key}` } : {};
+}
+
+// GET a JSON (or text) resource. `path` is under /api/v1 unless it starts with "/ui/".
+// A 401 shows the key form; other errors throw ApiError with the server's message.
+export async function api(path, params = {}, { text = false } = {}) {
+  const url = new URL(path.startsWith("/ui/") ? path : API + path, location.origin);
+  for (const [name, value] of Object.entries(params)) {
+    if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, value);
+  }
+  const response = await fetch(url, { headers: authHeaders() });
+  if (response.status === 401) askForKey();
+  if (!response.ok) {
+    let code = "error";
+    let message = `${response.status} ${response.statusText}`;
+    try {
+      const body = await response.json();
+      code = body.error?.code ?? code;
+      message = body.error?.message ?? message;
+    } catch {
+      // not JSON: keep the status line
+    }
+    throw new ApiError(response.status, code, message);
+  }
+  if (response.status === 204) return null;
+  return text ? response.text() : response.json();
+}
+
+export function apiUrl(path) {
+  return API + path;
+}
+
+function askForKey() {
+  const banner = document.getElementById("auth");
+  if (!banner || !banner.hidden) return;
+  banner.hidden = false;
+  document.getElementById("auth-key").focus();
+}
+
+function setUpAuth() {
+  const form = document.getElementById("auth-form");
+  form?.addEventListener("submit", (event) => {
+    event.preventDefault();
+    localStorage.setItem(KEY_STORAGE, document.getElementById("auth-key").value.trim());
+    location.reload();
+  });
+  const forget = document.getElementById("forget-key");
+  if (forget && apiKey()) {
+    forget.hidden = false;
+    forget.addEventListener("click", () => {
+      localStorage.removeItem(KEY_STORAGE);
+      location.reload();
+    });
+  }
+}
+
+// Export links: plain links when no key is needed; with a key, the download goes through
+// fetch (a link cannot carry the Authorization header), so the file passes through memory.
+export function downloadLink(href, label) {
+  const link = h("a", { href, download: "" }, label);
+  link.addEventListener("click", async (event) => {
+    if (!apiKey()) return;
+    event.preventDefault();
+    const response = await fetch(href, { headers: authHeaders() });
+    if (!response.ok) return showError(`download failed: ${response.status}`);
+    const name = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
+    const blobUrl = URL.createObjectURL(await response.blob());
+    const a = h("a", { href: blobUrl, download: name ? name[1] : "" });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    URL.revokeObjectURL(blobUrl);
+  });
+  return link;
+}
+
+export function showError(error) {
+  const banner = document.getElementById("error");
+  if (!banner) return;
+  if (error instanceof ApiError && error.status === 401) return; // the key form says it
+  banner.textContent = error instanceof Error ? error.message : String(error);
+  banner.hidden = false;
+}
+
+export function clearError() {
+  const banner = document.getElementById("error");
+  if (banner) banner.hidden = true;
+}
+
+// Call `tick` now and then every `ms` (not while the tab is hidden, and never two at once).
+// `tick` returns false to stop. Errors are shown and polling goes on.
+export function poll(tick, ms) {
+  let timer = null;
+  let stopped = false;
+  const run = async () => {
+    timer = null;
+    if (stopped) return;
+    if (document.hidden) {
+      timer = setTimeout(run, ms);
+      return;
+    }
+    try {
+      if ((await tick()) === false) stopped = true;
+      else clearError();
+    } catch (error) {
+      showError(error);
+    }
+    if (!stopped) timer = setTimeout(run, ms);
+  };
+  run();
+  return {
+    stop() {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+    },
+  };
+}
+
+// h("a", {href, class: "x"}, "text", child...): an element. Strings become text nodes, so
+// nothing from the data is ever parsed as HTML. `on*` attributes take functions.
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name.startsWith("on") && typeof value === "function") {
+      el.addEventListener(name.slice(2), value);
+    } else if (name === "dataset") {
+      Object.assign(el.dataset, value);
+    } else {
+      el.setAttribute(name, value === true ? "" : value);
+    }
+  }
+  return fill(el, ...children, { keep: true });
+}
+
+// Replace an element's children (nested arrays flattened; null, undefined and false skipped,
+// strings as text). fill(el, ..., {keep: true}) appends instead.
+export function fill(el, ...children) {
+  const last = children[children.length - 1];
+  const keep = last && last.keep === true && !(last instanceof Node);
+  if (keep) children.pop();
+  else el.replaceChildren();
+  for (const child of children.flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : String(child));
+  }
+  return el;
+}
+
+export function statusBadge(status) {
+  return h("span", { class: `badge status-${status}` }, status);
+}
+
+export function okBadge(ok) {
+  if (ok === null || ok === undefined) return h("span", { class: "muted" }, "—");
+  return h("span", { class: `badge ${ok ? "ok" : "not-ok"}` }, ok ? "ok" : "not ok");
+}
+
+export function formatNumber(value) {
+  if (value === null || value === undefined) return "—";
+  if (typeof value !== "number") return String(value);
+  if (!Number.isFinite(value)) return String(value);
+  if (Number.isInteger(value) && Math.abs(value) < 1e15) return value.toLocaleString("en-US");
+  const abs = Math.abs(value);
+  if (abs !== 0 && (abs < 1e-3 || abs >= 1e6)) return value.toExponential(3);
+  return Number(value.toPrecision(4)).toString();
+}
+
+export function formatDuration(seconds) {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return "—";
+  if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+  if (seconds < 60) return `${seconds.toFixed(seconds < 10 ? 1 : 0)} s`;
+  const s = Math.round(seconds);
+  const d = Math.floor(s / 86400);
+  const hh = Math.floor((s % 86400) / 3600);
+  const mm = Math.floor((s % 3600) / 60);
+  if (d) return `${d} d ${hh} h`;
+  if (hh) return `${hh} h ${mm} min`;
+  return `${mm} min ${s % 60} s`;
+}
+
+export function formatTime(epoch) {
+  if (!epoch) return "—";
+  return new Date(epoch * 1000).toLocaleString("sv-SE").slice(0, 19); // 2026-01-31 12:34:56
+}
+
+export function formatAgo(epoch) {
+  if (!epoch) return "—";
+  const seconds = Date.now() / 1000 - epoch;
+  if (seconds < 45) return "just now";
+  return `${formatDuration(seconds).split(" ").slice(0, 2).join(" ")} ago`;
+}
+
+export function timeCell(epoch) {
+  return h("time", { datetime: epoch ? new Date(epoch * 1000).toISOString() : null,
+    title: formatTime(epoch) }, formatAgo(epoch));
+}
+
+// How long a run ran (or has been running).
+export function runDuration(run) {
+  const end = run.finished_at ?? (run.status === "running" ? Date.now() / 1000 : run.updated_at);
+  return end - run.created_at;
+}
+
+export function runTitle(run) {
+  return run.name || run.id;
+}
+
+export function envName(env) {
+  if (env === null || env === undefined) return "—";
+  if (typeof env === "string") return env;
+  return env.name || env.id || JSON.stringify(env);
+}
+
+// Flatten {a: {b: 1}} to {"a/b": 1}, keeping numbers only.
+export function numericLeaves(value, prefix = "", out = {}) {
+  if (typeof value === "number") out[prefix] = value;
+  else if (value && typeof value === "object" && !Array.isArray(value)) {
+    for (const [k, v] of Object.entries(value)) numericLeaves(v, prefix ? `${prefix}/${k}` : k, out);
+  }
+  return out;
+}
+
+// Make a table body navigable: rows are focusable, ArrowUp/ArrowDown/Home/End move between
+// them, Enter (or a click outside a control) opens the row's data-href.
+export function navigableRows(tbody) {
+  tbody.addEventListener("keydown", (event) => {
+    const row = event.target.closest("tr");
+    if (!row || event.target !== row) return;
+    const rows = [...tbody.querySelectorAll("tr[tabindex]")];
+    const i = rows.indexOf(row);
+    let next = null;
+    if (event.key === "ArrowDown") next = rows[i + 1];
+    else if (event.key === "ArrowUp") next = rows[i - 1];
+    else if (event.key === "Home") next = rows[0];
+    else if (event.key === "End") next = rows[rows.length - 1];
+    else if (event.key === "Enter" && row.dataset.href) location.href = row.dataset.href;
+    else return;
+    event.preventDefault();
+    next?.focus();
+  });
+  tbody.addEventListener("click", (event) => {
+    const row = event.target.closest("tr[data-href]");
+    if (!row || event.target.closest("a, button, input, label, select")) return;
+    if (event.ctrlKey || event.metaKey) window.open(row.dataset.href, "_blank");
+    else location.href = row.dataset.href;
+  });
+}
+
+export function linkRow(href, cells, attrs = {}) {
+  return h("tr", { tabindex: "0", "data-href": href, class: "link-row", ...attrs }, cells);
+}
+
+// Path segments after a prefix, decoded: pathParts() on /runs/a/steps/3 -> ["runs","a","steps","3"].
+export function pathParts() {
+  return location.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+}
+
+setUpAuth();

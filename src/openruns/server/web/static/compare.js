@@ -1,0 +1,110 @@
+// The compare page: pick runs (search by name), and every metric key any of them logged is
+// charted once, with one line (and min/max band) per run in that run's colour. The choice lives
+// in the URL (?runs=a,b), so a comparison can be shared. Live like the run page: the points
+// past the last step drawn, per running run, every POLL_MS.
+
+import {
+  api, h, poll, runTitle, showError, statusBadge, timeCell,
+} from "./common.js";
+import { COLORS, ChartGrid } from "./charts.js";
+
+const POLL_MS = 3000;
+const AFTER_FINISH_S = 90;
+
+const el = (id) => document.getElementById(id);
+const state = { runs: [], grid: null };
+
+function chosenIds() {
+  const text = new URLSearchParams(location.search).get("runs") || "";
+  return [...new Set(text.split(",").map((s) => s.trim()).filter(Boolean))];
+}
+
+function writeUrl() {
+  const ids = state.runs.map((r) => encodeURIComponent(r.id)).join(",");
+  history.replaceState(null, "", ids ? `/compare?runs=${ids}` : "/compare");
+}
+
+function color(i) {
+  return COLORS[i % COLORS.length];
+}
+
+function renderChosen() {
+  el("chosen").replaceChildren(...state.runs.map((run, i) => h("li", { class: "chip", dataset: { runId: run.id } },
+    h("span", { class: "swatch", style: `background:${color(i)}`, "aria-hidden": "true" }),
+    h("a", { href: `/runs/${encodeURIComponent(run.id)}` }, runTitle(run)), " ", statusBadge(run.status),
+    h("button", { type: "button", class: "link", "aria-label": `remove ${runTitle(run)}`, onclick: () => remove(run.id) }, "✕"))));
+  el("compare-empty").hidden = state.runs.length >= 2;
+}
+
+// A fresh grid for the chosen runs: charts of the union of their keys.
+async function rebuild() {
+  renderChosen();
+  writeUrl();
+  const root = el("chart-groups");
+  root.replaceChildren();
+  state.grid = null;
+  if (!state.runs.length) return;
+  state.grid = new ChartGrid(root, state.runs.map((run, i) => ({ runId: run.id, label: runTitle(run), color: color(i) })));
+  await refresh();
+}
+
+// Keys of every chosen run; new points of the running ones.
+async function refresh() {
+  const grid = state.grid;
+  if (!grid) return;
+  const perRun = await Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/metrics/keys`)));
+  grid.setKeys(new Set(perRun.flat().map((row) => row.key)));
+  await Promise.all(state.runs.map(async (run, i) => {
+    const fresh = perRun[i].filter((row) => grid.isLoaded(row.key) && row.last_step > grid.lastStep(row.key, run.id));
+    if (!fresh.length) return;
+    const after = Math.min(...fresh.map((row) => grid.lastStep(row.key, run.id))) + 1;
+    const width = grid.charts.get(fresh[0].key).width();
+    const body = await api(`/runs/${encodeURIComponent(run.id)}/metrics`, {
+      keys: fresh.map((row) => row.key).join(","), step_min: after, max_points: width,
+    });
+    grid.append(run.id, body.series);
+  }));
+}
+
+async function add(id) {
+  if (state.runs.some((r) => r.id === id)) return;
+  state.runs.push(await api(`/runs/${encodeURIComponent(id)}`));
+  await rebuild();
+}
+
+function remove(id) {
+  state.runs = state.runs.filter((r) => r.id !== id);
+  rebuild().catch(showError);
+}
+
+async function search() {
+  const body = await api("/runs", { name: el("pick-name").value.trim(), limit: 10 });
+  const chosen = new Set(state.runs.map((r) => r.id));
+  el("pick-results").replaceChildren(...body.items.filter((run) => !chosen.has(run.id)).map((run) => h("li", {},
+    h("button", { type: "button", onclick: () => add(run.id).then(search).catch(showError) }, `Add ${runTitle(run)}`),
+    " ", statusBadge(run.status), " ", h("span", { class: "muted" }, run.kind, " · ", run.model || "no model", " · "),
+    timeCell(run.created_at))));
+}
+
+async function main() {
+  state.runs = await Promise.all(chosenIds().map((id) => api(`/runs/${encodeURIComponent(id)}`)));
+  await rebuild();
+  let timer = null;
+  el("pick").addEventListener("submit", (e) => e.preventDefault());
+  el("pick-name").addEventListener("input", () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => search().catch(showError), 200);
+  });
+  await search();
+  poll(async () => {
+    const now = Date.now() / 1000;
+    const live = state.runs.some((r) => r.status === "running" || now - (r.finished_at || 0) < AFTER_FINISH_S);
+    if (!live) return true; // nothing to follow now; a run added later may be
+    state.runs = await Promise.all(state.runs.map((r) => api(`/runs/${encodeURIComponent(r.id)}`)));
+    renderChosen();
+    await refresh();
+    return true;
+  }, POLL_MS);
+}
+
+main().catch(showError);

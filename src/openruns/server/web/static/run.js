@@ -1,0 +1,245 @@
+// The run page: header (status, error, loss counters), every metric charted by prefix with a
+// step slider, the steps that have episodes, the summary, the config as launched, exports.
+//
+// Live while the run is running (and for a while after it finishes, while late uploads are
+// still accepted): every POLL_MS it re-reads the run, the metric keys (one small row per key)
+// and only the points past the last step each chart has drawn (step_min), and the steps table
+// from the last step it holds on (step_min); it never downloads a history twice.
+
+import {
+  api, fill, apiUrl, downloadLink, formatDuration, formatNumber, formatTime, h, linkRow, navigableRows,
+  numericLeaves, pathParts, poll, runDuration, runTitle, showError, statusBadge, timeCell, envName,
+} from "./common.js";
+import { COLORS, ChartGrid } from "./charts.js";
+
+const POLL_MS = 2000;
+const AFTER_FINISH_S = 90; // keep polling this long after the run finished (late uploads)
+const STEPS_SHOWN = 50;
+
+const runId = pathParts()[1];
+const base = `/runs/${encodeURIComponent(runId)}`;
+
+const state = {
+  run: null,
+  keys: new Map(), // key -> {last_step, last_value, count}
+  steps: new Map(), // step -> {count, avg_reward}
+  stepsShown: STEPS_SHOWN,
+  maxStep: -1,
+};
+
+const grid = new ChartGrid(
+  document.getElementById("chart-groups"),
+  [{ runId, label: runId, color: COLORS[0] }],
+  { onStep: (step) => selectStep(step) },
+);
+
+function renderHeader(run) {
+  document.title = `${runTitle(run)} · openruns`;
+  const facts = [
+    ["Id", h("code", {}, run.id)],
+    ["Kind", run.kind],
+    ["Model", run.model || "—"],
+    ["Framework", run.framework || "—"],
+    ["Environments", (run.environments || []).map(envName).join(", ") || "—"],
+    ["Tags", (run.tags || []).length ? run.tags.map((t) => h("a", { class: "tag", href: `/?tag=${encodeURIComponent(t)}` }, t)) : "—"],
+    ["Team", run.team_id],
+    ["Started", formatTime(run.created_at)],
+    ["Duration", formatDuration(runDuration(run))],
+    ["Finished", run.finished_at ? formatTime(run.finished_at) : "—"],
+    ["Last heartbeat", run.last_heartbeat_at ? timeCell(run.last_heartbeat_at) : "—"],
+  ];
+  const training = run.training || {};
+  if (training.max_steps) {
+    facts.push(["Progress", `step ${Math.max(0, state.maxStep)} of ${training.max_steps}`]);
+  }
+  for (const [name, value] of Object.entries(training)) {
+    if (name !== "max_steps") facts.push([name[0].toUpperCase() + name.slice(1).replaceAll("_", " "), String(value)]);
+  }
+  const losses = run.losses || {};
+  const failed = Object.entries(losses.failed_records || {}).filter(([, n]) => n);
+  const lost = (losses.dropped_records || 0) + failed.reduce((a, [, n]) => a + n, 0);
+  const header = document.getElementById("run-header");
+  fill(header,
+    h("h1", {}, runTitle(run), " ", statusBadge(run.status), " ", h("span", { class: "badge kind" }, run.kind)),
+    run.description ? h("p", { class: "description" }, run.description) : null,
+    run.error || ["failed", "crashed"].includes(run.status)
+      ? h("div", { class: "error-box", role: "alert" },
+        h("strong", {}, run.status === "crashed" ? "Crashed" : "Error"),
+        h("pre", { class: "error-text" }, run.error || "(no error message was reported)"))
+      : null,
+    h("dl", { class: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+    h("div", { class: lost ? "losses warn" : "losses", id: "losses" },
+      lost
+        ? [h("strong", {}, "Records lost: "),
+          `${formatNumber(losses.dropped_records || 0)} dropped by the SDK`,
+          failed.map(([reason, n]) => `; ${formatNumber(n)} failed (${reason})`)]
+        : "No records lost (0 dropped, 0 failed)."),
+  );
+}
+
+function renderSummary(run) {
+  const body = document.getElementById("summary-body");
+  const entries = Object.entries(run.summary || {});
+  if (!entries.length) {
+    body.replaceChildren(h("p", { class: "muted" }, "No summary yet."));
+    return;
+  }
+  const rows = [];
+  const walk = (value, path) => {
+    if (value && typeof value === "object" && !Array.isArray(value) && Object.keys(value).length) {
+      for (const [k, v] of Object.entries(value)) walk(v, path ? `${path}/${k}` : k);
+    } else {
+      const shown = typeof value === "number" ? formatNumber(value) : h("code", {}, JSON.stringify(value));
+      rows.push(h("tr", {}, h("th", { scope: "row" }, path), h("td", { class: "num", title: String(value) }, shown)));
+    }
+  };
+  walk(run.summary, "");
+  body.replaceChildren(h("table", { class: "grid kv" }, h("tbody", {}, rows)));
+}
+
+async function renderConfig(run) {
+  const label = document.getElementById("config-label");
+  const body = document.getElementById("config-body");
+  if (!run.config) {
+    label.textContent = "This run was launched without a config.";
+    return;
+  }
+  const parts = [`format: ${run.config.format}`];
+  if (run.config.filename) parts.push(`file: ${run.config.filename}`);
+  parts.push(`${formatNumber(new TextEncoder().encode(run.config.text).length)} bytes, exactly as launched`);
+  label.textContent = parts.join(" · ");
+  body.innerHTML = await api(`/ui${base}/config`, {}, { text: true }); // Pygments HTML, escaped by it
+}
+
+function renderExports() {
+  const names = ["metrics.parquet", "metrics.ndjson", "episodes.parquet", "episodes.ndjson"];
+  document.getElementById("export-links").replaceChildren(
+    ...names.map((name) => h("li", {}, downloadLink(apiUrl(`${base}/export/${name}`), name))),
+  );
+  document.getElementById("compare-link").href = `/compare?runs=${encodeURIComponent(runId)}`;
+}
+
+function renderSteps() {
+  const tbody = document.querySelector("#steps-table tbody");
+  const steps = [...state.steps.keys()].sort((a, b) => b - a); // newest first
+  document.getElementById("steps-empty").hidden = steps.length > 0;
+  document.getElementById("steps-table").hidden = steps.length === 0;
+  tbody.replaceChildren(...steps.slice(0, state.stepsShown).map((step) => {
+    const row = state.steps.get(step);
+    const href = `${base}/steps/${step ?? "none"}`;
+    return linkRow(href, [
+      h("td", {}, h("a", { href, tabindex: "-1" }, step === null ? "(no step)" : `step ${step}`)),
+      h("td", { class: "num" }, formatNumber(row.count)),
+      h("td", { class: "num" }, formatNumber(row.avg_reward)),
+    ], { dataset: { step: step ?? "" } });
+  }));
+  const more = document.getElementById("steps-more");
+  more.hidden = steps.length <= state.stepsShown;
+  more.textContent = `Show more steps (${steps.length - state.stepsShown} more)`;
+}
+
+function updateSlider() {
+  const slider = document.getElementById("slider");
+  const range = document.getElementById("step-range");
+  const number = document.getElementById("step-number");
+  const stepsWithEpisodes = [...state.steps.keys()].filter((s) => s !== null);
+  const max = Math.max(state.maxStep, ...stepsWithEpisodes, -1);
+  if (max < 0) return;
+  const follow = slider.hidden || Number(range.value) === Number(range.max);
+  slider.hidden = false;
+  range.max = number.max = String(max);
+  if (follow && grid.marker === null) range.value = number.value = String(max);
+}
+
+let stepTimer = null;
+function selectStep(step) {
+  const range = document.getElementById("step-range");
+  const number = document.getElementById("step-number");
+  range.value = number.value = String(step);
+  grid.setMarker(step);
+  clearTimeout(stepTimer);
+  stepTimer = setTimeout(() => describeStep(step).catch(showError), 120);
+}
+
+// What the slider's step holds: its episodes (a link) and every metric's value there.
+async function describeStep(step) {
+  const info = document.getElementById("step-info");
+  const episodes = state.steps.get(step);
+  const values = await api(`${base}/metrics`, { step_min: step, step_max: step, max_points: 0 });
+  const shown = Object.entries(values.series)
+    .filter(([, s]) => s.step.length)
+    .map(([key, s]) => h("span", { class: "value" }, h("span", { class: "muted" }, key), " ", formatNumber(s.value[0])));
+  fill(info,
+    episodes
+      ? h("a", { href: `${base}/steps/${step}` }, `${formatNumber(episodes.count)} episodes, mean reward ${formatNumber(episodes.avg_reward)} →`)
+      : h("span", { class: "muted" }, "no episodes at this step"),
+    shown.length ? h("span", { class: "values" }, shown) : null,
+  );
+}
+
+function setUpSlider() {
+  const range = document.getElementById("step-range");
+  const number = document.getElementById("step-number");
+  range.addEventListener("input", () => selectStep(Number(range.value)));
+  number.addEventListener("change", () => selectStep(Number(number.value)));
+  document.getElementById("steps-more").addEventListener("click", () => {
+    state.stepsShown += 200;
+    renderSteps();
+  });
+  navigableRows(document.querySelector("#steps-table tbody"));
+}
+
+// New points of every charted key, in one request from the smallest step not yet drawn.
+async function pollMetrics() {
+  const keys = await api(`${base}/metrics/keys`);
+  const fresh = [];
+  for (const row of keys) {
+    state.keys.set(row.key, row);
+    state.maxStep = Math.max(state.maxStep, row.last_step);
+    if (grid.isLoaded(row.key) && row.last_step > grid.lastStep(row.key, runId)) fresh.push(row.key);
+  }
+  document.getElementById("charts-empty").hidden = keys.length > 0;
+  grid.setKeys(keys.map((row) => row.key));
+  if (!fresh.length) return;
+  const after = Math.min(...fresh.map((key) => grid.lastStep(key, runId))) + 1;
+  const width = grid.charts.get(fresh[0]).width();
+  const body = await api(`${base}/metrics`, { keys: fresh.join(","), step_min: after, max_points: width });
+  grid.append(runId, body.series);
+}
+
+// Steps from the last one held on (it may have gained episodes since).
+async function pollSteps() {
+  const held = [...state.steps.keys()].filter((s) => s !== null);
+  const from = held.length ? Math.max(...held) : undefined;
+  const rows = await api(`${base}/steps`, { step_min: from });
+  let changed = false;
+  for (const row of rows) {
+    const before = state.steps.get(row.step);
+    if (!before || before.count !== row.count || before.avg_reward !== row.avg_reward) {
+      state.steps.set(row.step, { count: row.count, avg_reward: row.avg_reward });
+      changed = true;
+    }
+  }
+  if (changed) renderSteps();
+}
+
+let configShown = false;
+async function tick() {
+  const run = await api(base);
+  state.run = run;
+  await Promise.all([pollMetrics(), pollSteps()]);
+  renderHeader(run);
+  renderSummary(run);
+  updateSlider();
+  if (!configShown) {
+    configShown = true;
+    renderExports();
+    renderConfig(run).catch(showError);
+  }
+  const live = run.status === "running" || Date.now() / 1000 - (run.finished_at || 0) < AFTER_FINISH_S;
+  document.body.dataset.live = String(live);
+  return live;
+}
+
+setUpSlider();
+poll(tick, POLL_MS);

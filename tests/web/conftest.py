@@ -1,0 +1,108 @@
+"""
+Fixtures of the browser tests: one real server (127.0.0.1, a free port, a temporary data
+directory) with runs seeded through the SDK, and Debian's Chromium driven by Playwright's
+Python package (`executable_path`, never `playwright install`). Every page a test opens fails
+the test if it logs a JavaScript error or a failed request.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from openruns.server import ServerHandle, serve_in_thread
+
+from .seed import Seeded, seed
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = os.environ.get("OPENRUNS_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+VIEWPORT = {"width": 1280, "height": 900}
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory) -> Iterator[ServerHandle]:
+    handle = serve_in_thread(tmp_path_factory.mktemp("web-data"))
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture(scope="session")
+def seeded(server, tmp_path_factory) -> Seeded:
+    with pytest.MonkeyPatch.context() as patch:
+        for name in list(os.environ):
+            if name.startswith("OPENRUNS_") or name in ("RUN_ID", "RANK", "LOCAL_RANK"):
+                patch.delenv(name)
+        local = tmp_path_factory.mktemp("web-local")
+        patch.setenv("OPENRUNS_CONFIG_FILE", str(local / "no-config.toml"))
+        return seed(server.url, local)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator:
+    if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (scripts/test installs Debian's chromium)")
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="session")
+def context(browser, server) -> Iterator:
+    """One browser context for the session, so its HTTP cache keeps Plotly's bundle (served
+    with a year's max-age) across tests, as a person's browser would."""
+    context = browser.new_context(viewport=VIEWPORT, base_url=server.url)
+    context.set_default_timeout(15_000)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def page(context) -> Iterator:
+    """A fresh page at 1280 px; JavaScript errors and failed requests fail the test."""
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page.on("console", lambda message: _console(message, problems))
+    page.on("requestfailed", lambda request: _request_failed(request, problems))
+    yield page
+    page.close()
+    assert not problems, "\n".join(problems)
+
+
+def _console(message, problems: list[str]) -> None:
+    if message.type == "error":
+        problems.append(f"console error: {message.text}")
+
+
+def _request_failed(request, problems: list[str]) -> None:
+    # A navigation away cancels the polls in flight; that is not a failure of the page.
+    if request.failure and "ERR_ABORTED" not in request.failure:
+        problems.append(f"request failed: {request.url} {request.failure}")
+
+
+@pytest.fixture
+def screenshot():
+    """screenshot(page, "run") saves docs/screenshots/run.png (the README links them)."""
+
+    def save(page, name: str, full_page: bool = False) -> None:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page)
+
+    return save

@@ -1,0 +1,123 @@
+"""
+Runs the browser tests read, logged through the SDK in online mode against a real server.
+
+Deterministic: fixed random seeds, fixed rewards, so tests can name what they expect.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openruns
+from openruns.demo import make_episode
+
+# What init() exports for child processes; popped between runs so each init creates a new run
+# instead of attaching to the previous one.
+RUN_ENV = ("OPENRUNS_RUN_ID", "OPENRUNS_RUN_PID", "OPENRUNS_RUN_KIND", "OPENRUNS_RUN_DIR")
+
+TRAIN_STEPS = 300  # train/loss points: fewer than a chart is wide, so all are drawn
+SPIKY_STEPS = 3000  # train/grad_norm points: more than a chart is wide, so bucketed
+SPIKE_STEP, SPIKE = 1234, 100.0
+EPISODE_STEPS = 5
+EPISODES_PER_STEP = 6
+LONG_TEXT = "\n".join(f"line {i}: " + "thinking it through. " * 6 for i in range(120))
+
+CONFIG_TOML = """# RL run of the browser tests
+[model]
+name = "Qwen/Qwen3-0.6B"
+
+[optimizer]
+lr = 1e-6
+betas = [0.9, 0.999]
+"""
+
+
+@dataclass
+class Seeded:
+    train: str
+    eval: str
+    failed: str
+    # Per step of the train run: the rewards of its episodes, as logged.
+    rewards: dict[int, list[float]]
+    long_episode: str
+
+
+def _clear_run_env() -> None:
+    for name in RUN_ENV:
+        os.environ.pop(name, None)
+
+
+def _episode(rng: random.Random, step: int, reward: float, env: str) -> dict[str, Any]:
+    episode = make_episode(rng, step, 0.5, "train")
+    episode["env"] = {"id": env, "name": env}
+    trace = episode["traces"][0]
+    trace["reward"] = reward
+    trace["rewards"] = {"correct": {"score": reward, "weight": 1.0}}
+    return episode
+
+
+def seed(base_url: str, local: Path) -> Seeded:
+    rng = random.Random(7)
+    config = local / "rl.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(CONFIG_TOML)
+    common = {"base_url": base_url, "dir": local, "tags": ["web-test"]}
+
+    _clear_run_env()
+    train = openruns.init(
+        kind="train",
+        name="web-train",
+        model="Qwen/Qwen3-0.6B",
+        environments=["math", "code"],
+        config=config,
+        training=openruns.TrainingSpec(max_steps=SPIKY_STEPS),
+        **common,
+    )
+    rewards: dict[int, list[float]] = {}
+    long_episode = ""
+    with train:
+        for step in range(SPIKY_STEPS):
+            values: dict[str, Any] = {
+                "train": {"grad_norm": SPIKE if step == SPIKE_STEP else 1.0 + 0.1 * math.sin(step)}
+            }
+            if step < TRAIN_STEPS:
+                values["train"]["loss"] = 2.0 * math.exp(-step / 100)
+                values["train"]["reward"] = step / TRAIN_STEPS
+            if step % 50 == 0 and step < TRAIN_STEPS:
+                values["eval/reward"] = step / TRAIN_STEPS / 2
+            train.log_metrics(values, step=step)
+        for step in range(EPISODE_STEPS):
+            rewards[step] = [round(rng.random(), 3) for _ in range(EPISODES_PER_STEP)]
+            episodes = [
+                _episode(rng, step, r, "math" if i % 2 else "code")
+                for i, r in enumerate(rewards[step])
+            ]
+            if step == 1:
+                # One episode with a long answer (folded on its page) that failed.
+                long = episodes[0]
+                long["traces"][0]["nodes"][-1]["message"]["content"] = LONG_TEXT
+                long["ok"] = False
+                long["errors"] = [{"type": "TimeoutError", "message": "the sandbox timed out"}]
+                long_episode = long["id"]
+            train.log_episodes(episodes, step=step)
+        train.update_summary({"final": {"loss": 2.0 * math.exp(-3), "reward": 0.99}})
+    _clear_run_env()
+
+    evaluation = openruns.init(kind="eval", name="web-eval", model="Qwen/Qwen3-8B", **common)
+    with evaluation:
+        for step in range(TRAIN_STEPS):
+            evaluation.log_metrics({"train/loss": 1.5 * math.exp(-step / 60)}, step=step)
+        evaluation.update_summary({"avg_reward": 0.42})
+    _clear_run_env()
+
+    failed = openruns.init(kind="train", name="web-failed", model="Qwen/Qwen3-0.6B", **common)
+    failed.log_metrics({"train/loss": 3.0}, step=0)
+    failed.fail("CUDA out of memory: tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
+    _clear_run_env()
+
+    return Seeded(train.id, evaluation.id, failed.id, rewards, long_episode)

@@ -1,0 +1,263 @@
+"""The dashboard's pages in a real browser, over runs seeded through the SDK."""
+
+from __future__ import annotations
+
+import re
+
+from playwright.sync_api import expect
+
+from .seed import (
+    EPISODES_PER_STEP,
+    LONG_TEXT,
+    SPIKE,
+    SPIKE_STEP,
+    SPIKY_STEPS,
+    TRAIN_STEPS,
+)
+
+
+def chart(page, key: str):
+    return page.locator(f'figure.chart[data-key="{key}"]')
+
+
+def trace_values(page, key: str, meta: str) -> list[dict]:
+    """The x and y of every Plotly trace of one kind ("value", "min", "max") in a chart."""
+    return page.eval_on_selector(
+        f'figure.chart[data-key="{key}"] .plot',
+        "(gd, meta) => gd.data.filter((t) => t.meta === meta).map((t) => ({x: t.x, y: t.y}))",
+        meta,
+    )
+
+
+def test_runs_table_lists_filters_and_opens_by_keyboard(page, seeded, screenshot):
+    page.goto("/")
+    rows = page.locator("#runs tbody tr")
+    expect(rows).to_have_count(3)
+    # Newest first.
+    expect(rows.nth(0)).to_contain_text("web-failed")
+    expect(rows.nth(2)).to_contain_text("web-train")
+    expect(rows.nth(0).locator(".badge")).to_have_text("failed")
+    # Latest values of key metrics fill in as columns: a reward (from the summary here), the
+    # loss every run logged.
+    head = page.locator("#runs-head th")
+    expect(head).to_have_text(
+        ["Select", "Status", "Kind", "Name", "Model", "Started", "Duration"]
+        + ["avg_reward", "train/loss", "final/loss"]
+    )
+    expect(rows.nth(1).locator("td").nth(7)).to_have_text("0.42")
+    expect(rows.nth(2).locator("td").nth(8)).to_have_text("0.1006")
+    screenshot(page, "runs")
+
+    page.fill("#f-name", "eval")
+    expect(rows).to_have_count(1)
+    expect(rows.nth(0)).to_contain_text("web-eval")
+    assert "name=eval" in page.url
+    page.fill("#f-name", "")
+    page.select_option("#f-status", "failed")
+    expect(rows).to_have_count(1)
+    expect(rows.nth(0)).to_contain_text("web-failed")
+    page.select_option("#f-status", "")
+    page.select_option("#f-kind", "eval")
+    expect(rows).to_have_count(1)
+    page.select_option("#f-kind", "")
+    expect(rows).to_have_count(3)
+
+    # Keyboard: focus the first row, move down twice, Enter opens web-train.
+    rows.nth(0).focus()
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"**/runs/{seeded.train}")
+    expect(page.locator("#run-header h1")).to_contain_text("web-train")
+
+
+def test_runs_table_pages_on_the_server(page, seeded):
+    # limit is fixed at 50 a page; three runs fit on one page and there is no older page.
+    page.goto("/")
+    expect(page.locator("#runs tbody tr")).to_have_count(3)
+    expect(page.locator("#page-older")).to_be_disabled()
+    expect(page.locator("#page-newer")).to_be_disabled()
+
+
+def test_run_page_charts_every_point_and_keeps_spikes(page, seeded, screenshot):
+    page.goto(f"/runs/{seeded.train}")
+    header = page.locator("#run-header")
+    expect(header.locator(".badge").first).to_have_text("completed")
+    expect(header).to_contain_text("No records lost")
+    # Grouped by prefix, one chart per key.
+    expect(page.locator(".group h3")).to_have_text(["eval", "train"])
+    expect(page.locator("figure.chart")).to_have_count(4)
+
+    # Fewer points than pixels: every point is drawn.
+    loss = chart(page, "train/loss")
+    expect(loss).to_have_attribute("data-points", str(TRAIN_STEPS))
+    expect(loss).to_have_attribute("data-downsampled", "false")
+    screenshot(page, "run")
+
+    # More points than pixels: at most one bucket per pixel, and the spike is in the band.
+    grad = chart(page, "train/grad_norm")
+    grad.scroll_into_view_if_needed()
+    expect(grad).to_have_attribute("data-downsampled", "true")
+    drawn = int(grad.get_attribute("data-points"))
+    width = page.eval_on_selector(
+        'figure.chart[data-key="train/grad_norm"] .plot', "(el) => el.clientWidth"
+    )
+    assert 50 < drawn <= width < SPIKY_STEPS
+    assert max(trace_values(page, "train/grad_norm", "max")[0]["y"]) == SPIKE
+
+    # Zooming in asks the server for the finer range: single points again, spike included.
+    page.eval_on_selector(
+        'figure.chart[data-key="train/grad_norm"] .plot',
+        "(gd, r) => Plotly.relayout(gd, {'xaxis.range': r})",
+        [SPIKE_STEP - 30, SPIKE_STEP + 30],
+    )
+    expect(grad).to_have_attribute("data-downsampled", "false")
+    values = trace_values(page, "train/grad_norm", "value")[0]
+    assert values["x"] == list(range(SPIKE_STEP - 30, SPIKE_STEP + 31))
+    assert values["y"][30] == SPIKE
+    # Double-click's autorange: the whole run again, bucketed.
+    page.eval_on_selector(
+        'figure.chart[data-key="train/grad_norm"] .plot',
+        "(gd) => Plotly.relayout(gd, {'xaxis.autorange': true})",
+    )
+    expect(grad).to_have_attribute("data-downsampled", "true")
+
+
+def test_run_page_config_summary_steps_and_exports(page, seeded):
+    page.goto(f"/runs/{seeded.train}")
+    # The config exactly as launched, highlighted, with its format and file name.
+    expect(page.locator("#config-label")).to_contain_text("format: toml")
+    expect(page.locator("#config-label")).to_contain_text("file: rl.toml")
+    code = page.locator("#config-body .hl code")
+    expect(code).to_contain_text('name = "Qwen/Qwen3-0.6B"')
+    assert code.inner_text().startswith("# RL run of the browser tests\n[model]")
+    assert page.locator("#config-body .hl span").count() > 5  # tokens got classes
+    # Summary, flattened.
+    expect(page.locator("#summary-body")).to_contain_text("final/reward")
+    expect(page.locator("#summary-body")).to_contain_text("0.99")
+    # Steps with episodes, newest first.
+    steps = page.locator("#steps-table tbody tr")
+    expect(steps).to_have_count(5)
+    expect(steps.nth(0)).to_contain_text("step 4")
+    # Export links point at the API.
+    links = page.locator("#export-links a")
+    expect(links).to_have_count(4)
+    href = links.nth(0).get_attribute("href")
+    assert href == f"/api/v1/runs/{seeded.train}/export/metrics.parquet"
+    response = page.request.get(f"/api/v1/runs/{seeded.train}/export/metrics.ndjson")
+    assert response.ok and b'"train/loss"' in response.body()
+
+
+def test_step_slider_marks_the_step_and_links_its_episodes(page, seeded):
+    page.goto(f"/runs/{seeded.train}")
+    expect(chart(page, "train/loss")).to_have_attribute("data-points", str(TRAIN_STEPS))
+    page.fill("#step-number", "2")
+    page.dispatch_event("#step-number", "change")
+    info = page.locator("#step-info")
+    expect(info).to_contain_text(f"{EPISODES_PER_STEP} episodes")
+    expect(info).to_contain_text("train/loss")
+    shapes = page.eval_on_selector(
+        'figure.chart[data-key="train/loss"] .plot', "(gd) => gd.layout.shapes.map((s) => s.x0)"
+    )
+    assert shapes == [2]
+    info.locator("a").click()
+    page.wait_for_url(f"**/runs/{seeded.train}/steps/2")
+
+
+def test_failed_run_shows_its_error(page, seeded):
+    page.goto(f"/runs/{seeded.failed}")
+    expect(page.locator("#run-header .badge").first).to_have_text("failed")
+    expect(page.locator(".error-box")).to_contain_text("CUDA out of memory")
+
+
+def test_step_lists_episodes_sorted_by_reward_and_filters(page, seeded, screenshot):
+    page.goto(f"/runs/{seeded.train}/steps/3")
+    rows = page.locator("#episodes tbody tr")
+    expect(rows).to_have_count(EPISODES_PER_STEP)
+    rewards = [float(r) for r in rows.evaluate_all("(rows) => rows.map((r) => r.dataset.reward)")]
+    assert rewards == sorted(seeded.rewards[3], reverse=True)
+    expect(page.locator("#step-stats")).to_contain_text(f"{EPISODES_PER_STEP} episodes")
+    screenshot(page, "step")
+
+    page.select_option("#f-sort", "reward")
+    expect(rows.nth(0)).to_have_attribute("data-reward", str(min(seeded.rewards[3])))
+    page.select_option("#f-env", "math")
+    expect(rows).to_have_count(EPISODES_PER_STEP // 2)
+    for cell in rows.locator("td:nth-child(3)").all_inner_texts():
+        assert cell == "math"
+    assert "env=math" in page.url
+    # Neighbouring steps.
+    page.click("#step-next")
+    page.wait_for_url(re.compile(r".*/steps/4\?.*env=math.*"))
+
+
+def test_episode_shows_messages_tool_calls_and_folds_long_text(page, seeded, screenshot):
+    page.goto(f"/runs/{seeded.train}/steps/1?sort=step")
+    rows = page.locator("#episodes tbody tr")
+    expect(rows).to_have_count(EPISODES_PER_STEP)
+    rows.nth(0).focus()
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"**/episodes/{seeded.long_episode}")
+
+    messages = page.locator("article.message")
+    expect(messages).to_have_count(5)
+    roles = messages.evaluate_all("(els) => els.map((e) => e.dataset.role)")
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    expect(messages.nth(2).locator(".tool-call")).to_contain_text("calculator")
+    expect(messages.nth(3)).to_contain_text("result of calculator call_0")
+    expect(page.locator("#episode-header")).to_contain_text("not ok")
+    expect(page.locator("#episode-header .error-box")).to_contain_text("the sandbox timed out")
+    expect(page.locator("table.rewards")).to_contain_text("correct")
+
+    # The long answer is folded, says how much is hidden, and unfolds whole.
+    last = messages.nth(4)
+    fold = last.locator("button.fold")
+    expect(fold).to_contain_text("more characters")
+    shown = last.locator("pre").inner_text()
+    assert len(shown) < len(LONG_TEXT) and LONG_TEXT.startswith(shown)
+    screenshot(page, "episode", full_page=True)
+    fold.click()
+    assert last.locator("pre").inner_text() == LONG_TEXT
+    expect(fold).to_have_text("Show less")
+
+    # The whole record, on demand.
+    page.click("#raw summary")
+    expect(page.locator("#raw-body")).to_contain_text(seeded.long_episode)
+
+
+def test_compare_overlays_two_runs(page, seeded, screenshot):
+    page.goto(f"/compare?runs={seeded.train},{seeded.eval}")
+    expect(page.locator("#chosen li")).to_have_count(2)
+    loss = chart(page, "train/loss")
+    expect(loss).to_have_attribute("data-points", f"{TRAIN_STEPS},{TRAIN_STEPS}")
+    lines = trace_values(page, "train/loss", "value")
+    assert len(lines) == 2
+    assert lines[0]["y"][0] == 2.0 and lines[1]["y"][0] == 1.5
+    names = page.eval_on_selector(
+        'figure.chart[data-key="train/loss"] .plot',
+        "(gd) => gd.data.filter((t) => t.meta === 'value').map((t) => t.name)",
+    )
+    assert names == ["web-train", "web-eval"]
+    screenshot(page, "compare")
+
+    # Remove one, add it back through the picker.
+    page.click(f'#chosen li[data-run-id="{seeded.eval}"] button')
+    expect(page.locator("#chosen li")).to_have_count(1)
+    page.fill("#pick-name", "web-eval")
+    page.click("#pick-results button:has-text('Add web-eval')")
+    expect(page.locator("#chosen li")).to_have_count(2)
+    expect(chart(page, "train/loss")).to_have_attribute(
+        "data-points", f"{TRAIN_STEPS},{TRAIN_STEPS}"
+    )
+    assert seeded.eval in page.url
+
+
+def test_compare_selected_from_the_runs_table(page, seeded):
+    page.goto("/")
+    rows = page.locator("#runs tbody tr")
+    expect(rows).to_have_count(3)
+    rows.nth(1).locator("input[type=checkbox]").check()
+    rows.nth(2).locator("input[type=checkbox]").check()
+    page.click("#compare-selected")
+    page.wait_for_url("**/compare?runs=*")
+    expect(page.locator("#chosen li")).to_have_count(2)
