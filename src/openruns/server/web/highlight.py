@@ -40,7 +40,10 @@ def _formatter() -> HtmlFormatter:
 
 
 def stylesheet() -> str:
-    return _formatter().get_style_defs(f".{_CSS_CLASS}")
+    """The token colours, scoped to the config view (Pygments also emits rules for every
+    `pre` and for line numbers; those are left out)."""
+    rules = _formatter().get_style_defs(f".{_CSS_CLASS}").splitlines()
+    return "\n".join(r for r in rules if r.startswith(f".{_CSS_CLASS} ")) + "\n"
 
 
 def render_config(config: dict[str, Any]) -> str:

@@ -148,14 +148,16 @@ export class SeriesChart {
       const s = this.data.get(source.runId);
       const banded = s.min.some((v, i) => v !== s.max[i]);
       if (banded) {
+        // The band's edges are drawn too: a spike one bucket wide is a line, not a sliver.
+        const edge = { width: 1, color: hexToRgba(source.color, 0.45) };
         traces.push({
-          x: s.step, y: s.max, mode: "lines", line: { width: 0 }, hoverinfo: "skip",
-          showlegend: false, meta: "max", legendgroup: source.runId,
+          x: s.step, y: s.max, mode: "lines", line: edge, showlegend: false, meta: "max",
+          legendgroup: source.runId, hovertemplate: "max %{y:.4g}<extra></extra>",
         });
         traces.push({
-          x: s.step, y: s.min, mode: "lines", line: { width: 0 }, fill: "tonexty",
-          fillcolor: hexToRgba(source.color, 0.22), hoverinfo: "skip", showlegend: false,
-          meta: "min", legendgroup: source.runId,
+          x: s.step, y: s.min, mode: "lines", line: edge, fill: "tonexty",
+          fillcolor: hexToRgba(source.color, 0.18), showlegend: false, meta: "min",
+          legendgroup: source.runId, hovertemplate: "min %{y:.4g}<extra></extra>",
         });
       }
       traces.push({

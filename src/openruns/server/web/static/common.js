@@ -112,7 +112,8 @@ export function clearError() {
 }
 
 // Call `tick` now and then every `ms` (not while the tab is hidden, and never two at once).
-// `tick` returns false to stop. Errors are shown and polling goes on.
+// `tick` returns false to stop. Errors are shown; polling goes on unless the answer was
+// 401/403/404.
 export function poll(tick, ms) {
   let timer = null;
   let stopped = false;
@@ -128,6 +129,8 @@ export function poll(tick, ms) {
       else clearError();
     } catch (error) {
       showError(error);
+      // No key yet (the form is up), or nothing there: asking again will not help.
+      if (error instanceof ApiError && [401, 403, 404].includes(error.status)) stopped = true;
     }
     if (!stopped) timer = setTimeout(run, ms);
   };

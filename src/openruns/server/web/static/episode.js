@@ -22,7 +22,14 @@ function foldText(text, className = "text") {
   const lines = text.split("\n");
   let cut = text.length;
   if (lines.length > FOLD_LINES) cut = lines.slice(0, FOLD_LINES).join("\n").length;
-  cut = Math.min(cut, FOLD_CHARS);
+  if (cut > FOLD_CHARS) {
+    // Cut at a line break, else a space, near the limit rather than inside a word.
+    const head = text.slice(0, FOLD_CHARS);
+    const line = head.lastIndexOf("\n");
+    const space = head.lastIndexOf(" ");
+    const enough = FOLD_CHARS * 0.6;
+    cut = line > enough ? line : space > enough ? space : FOLD_CHARS;
+  }
   const pre = h("pre", { class: className }, text);
   if (cut >= text.length) return pre;
   const hiddenChars = text.length - cut;
