@@ -25,6 +25,7 @@ SPIKY_STEPS = 3000  # train/grad_norm points: more than a chart is wide, so buck
 SPIKE_STEP, SPIKE = 1234, 100.0
 EPISODE_STEPS = 5
 EPISODES_PER_STEP = 6
+BARE_TRACES = 2  # at step 0 of the train run, in the traces stream
 LONG_TEXT = "\n".join(f"line {i}: " + "thinking it through. " * 6 for i in range(120))
 
 CONFIG_TOML = """# RL run of the browser tests
@@ -105,6 +106,9 @@ def seed(base_url: str, local: Path) -> Seeded:
                 long["errors"] = [{"type": "TimeoutError", "message": "the sandbox timed out"}]
                 long_episode = long["id"]
             train.log_episodes(episodes, step=step)
+        # Bare traces (the other stream), as a framework without episodes logs them.
+        bare = [_episode(rng, 0, 0.5, "math")["traces"][0] for _ in range(BARE_TRACES)]
+        train.log_traces(bare, step=0)
         train.update_summary({"final": {"loss": 2.0 * math.exp(-3), "reward": 0.99}})
     _clear_run_env()
 

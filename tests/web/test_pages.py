@@ -7,6 +7,7 @@ import re
 from playwright.sync_api import expect
 
 from .seed import (
+    BARE_TRACES,
     EPISODES_PER_STEP,
     LONG_TEXT,
     SPIKE,
@@ -261,3 +262,19 @@ def test_compare_selected_from_the_runs_table(page, seeded):
     page.click("#compare-selected")
     page.wait_for_url("**/compare?runs=*")
     expect(page.locator("#chosen li")).to_have_count(2)
+
+
+def test_bare_traces_have_their_stream_and_page(page, seeded):
+    page.goto(f"/runs/{seeded.train}/steps/0?stream=traces")
+    expect(page.locator("#f-stream")).to_have_value("traces")
+    rows = page.locator("#episodes tbody tr")
+    expect(rows).to_have_count(BARE_TRACES)
+    expect(page.locator("#step-stats")).to_contain_text(f"{BARE_TRACES} traces at this step")
+    rows.nth(0).click()
+    page.wait_for_url("**/episodes/*")
+    expect(page.locator("#episode-header h1")).to_contain_text("Trace")
+    expect(page.locator("article.message")).to_have_count(5)
+    # Back to episodes through the stream filter.
+    page.go_back()
+    page.select_option("#f-stream", "episodes")
+    expect(rows).to_have_count(EPISODES_PER_STEP)

@@ -33,6 +33,12 @@ function hexToRgba(hex, alpha) {
   return `rgba(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
 }
 
+// Plotly reads titles, legend names and hover labels as its own small HTML: a metric key or a
+// run name is data, so its markup characters are escaped.
+function plotlyText(text) {
+  return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+}
+
 function emptySeries() {
   return { step: [], value: [], min: [], max: [] };
 }
@@ -161,10 +167,10 @@ export class SeriesChart {
         });
       }
       traces.push({
-        x: s.step, y: s.value, name: source.label, meta: "value", legendgroup: source.runId,
+        x: s.step, y: s.value, name: plotlyText(source.label), meta: "value", legendgroup: source.runId,
         mode: s.step.length <= 60 ? "lines+markers" : "lines",
         line: { color: source.color, width: 1.6 }, marker: { size: 4, color: source.color },
-        hovertemplate: `%{y:.4g}<extra>${source.label.replace(/[<>]/g, "")}</extra>`,
+        hovertemplate: `%{y:.4g}<extra>${plotlyText(source.label)}</extra>`,
       });
     }
     return traces;
@@ -189,7 +195,7 @@ export class SeriesChart {
 
   render() {
     const layout = {
-      title: { text: this.key, font: { size: 13 }, x: 0, xanchor: "left", xref: "paper" },
+      title: { text: plotlyText(this.key), font: { size: 13 }, x: 0, xanchor: "left", xref: "paper" },
       margin: MARGIN,
       height: 260,
       hovermode: "x unified",

@@ -15,6 +15,7 @@ import { COLORS, ChartGrid } from "./charts.js";
 const POLL_MS = 2000;
 const AFTER_FINISH_S = 90; // keep polling this long after the run finished (late uploads)
 const STEPS_SHOWN = 50;
+const LATE_STEPS = 8; // steps re-read behind the newest one (late episodes of async RL)
 
 const runId = pathParts()[1];
 const base = `/runs/${encodeURIComponent(runId)}`;
@@ -25,6 +26,7 @@ const state = {
   steps: new Map(), // step -> {count, avg_reward}
   stepsShown: STEPS_SHOWN,
   maxStep: -1,
+  signature: null, // of what the header and summary were last drawn from
 };
 
 const grid = new ChartGrid(
@@ -44,7 +46,7 @@ function renderHeader(run) {
     ["Tags", (run.tags || []).length ? run.tags.map((t) => h("a", { class: "tag", href: `/?tag=${encodeURIComponent(t)}` }, t)) : "—"],
     ["Team", run.team_id],
     ["Started", formatTime(run.created_at)],
-    ["Duration", formatDuration(runDuration(run))],
+    ["Duration", h("span", { id: "duration" }, formatDuration(runDuration(run)))],
     ["Finished", run.finished_at ? formatTime(run.finished_at) : "—"],
     ["Last heartbeat", run.last_heartbeat_at ? timeCell(run.last_heartbeat_at) : "—"],
   ];
@@ -121,17 +123,21 @@ function renderExports() {
 
 function renderSteps() {
   const tbody = document.querySelector("#steps-table tbody");
-  const steps = [...state.steps.keys()].sort((a, b) => b - a); // newest first
+  const steps = [...state.steps.keys()].sort((a, b) => (a === null) - (b === null) || b - a);
   document.getElementById("steps-empty").hidden = steps.length > 0;
   document.getElementById("steps-table").hidden = steps.length === 0;
   tbody.replaceChildren(...steps.slice(0, state.stepsShown).map((step) => {
     const row = state.steps.get(step);
-    const href = `${base}/steps/${step ?? "none"}`;
-    return linkRow(href, [
-      h("td", {}, h("a", { href, tabindex: "-1" }, step === null ? "(no step)" : `step ${step}`)),
+    const counts = [
       h("td", { class: "num" }, formatNumber(row.count)),
       h("td", { class: "num" }, formatNumber(row.avg_reward)),
-    ], { dataset: { step: step ?? "" } });
+    ];
+    // Records logged without a step have no step page (the API filters by a number).
+    if (step === null) return h("tr", {}, h("td", {}, "(no step)"), counts);
+    const href = `${base}/steps/${step}`;
+    return linkRow(href, [h("td", {}, h("a", { href, tabindex: "-1" }, `step ${step}`)), counts], {
+      dataset: { step },
+    });
   }));
   const more = document.getElementById("steps-more");
   more.hidden = steps.length <= state.stepsShown;
@@ -144,7 +150,7 @@ function updateSlider() {
   const number = document.getElementById("step-number");
   const stepsWithEpisodes = [...state.steps.keys()].filter((s) => s !== null);
   const max = Math.max(state.maxStep, ...stepsWithEpisodes, -1);
-  if (max < 0) return;
+  if (max < 0 || !state.keys.size) return; // it marks charts: none, no slider
   const follow = slider.hidden || Number(range.value) === Number(range.max);
   slider.hidden = false;
   range.max = number.max = String(max);
@@ -198,7 +204,9 @@ async function pollMetrics() {
     state.maxStep = Math.max(state.maxStep, row.last_step);
     if (grid.isLoaded(row.key) && row.last_step > grid.lastStep(row.key, runId)) fresh.push(row.key);
   }
-  document.getElementById("charts-empty").hidden = keys.length > 0;
+  const empty = document.getElementById("charts-empty");
+  empty.hidden = keys.length > 0;
+  empty.textContent = state.run?.status === "running" ? "No metrics yet." : "No metrics were logged.";
   grid.setKeys(keys.map((row) => row.key));
   if (!fresh.length) return;
   const after = Math.min(...fresh.map((key) => grid.lastStep(key, runId))) + 1;
@@ -207,10 +215,11 @@ async function pollMetrics() {
   grid.append(runId, body.series);
 }
 
-// Steps from the last one held on (it may have gained episodes since).
+// Steps from a few before the last one held on: with asynchronous RL, episodes are indexed at
+// the step they were dispatched at and can land a few steps late.
 async function pollSteps() {
   const held = [...state.steps.keys()].filter((s) => s !== null);
-  const from = held.length ? Math.max(...held) : undefined;
+  const from = held.length ? Math.max(...held) - LATE_STEPS : undefined;
   const rows = await api(`${base}/steps`, { step_min: from });
   let changed = false;
   for (const row of rows) {
@@ -228,8 +237,15 @@ async function tick() {
   const run = await api(base);
   state.run = run;
   await Promise.all([pollMetrics(), pollSteps()]);
-  renderHeader(run);
-  renderSummary(run);
+  // Rebuilt only when something changed, so a selection in the error text survives a poll.
+  const signature = JSON.stringify([run, state.maxStep]);
+  if (signature !== state.signature) {
+    state.signature = signature;
+    renderHeader(run);
+    renderSummary(run);
+  } else {
+    document.getElementById("duration").textContent = formatDuration(runDuration(run));
+  }
   updateSlider();
   if (!configShown) {
     configShown = true;
