@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
 __all__ = [
     "RUN_DIR_ENV",
+    "RUN_HOST_ENV",
     "RUN_ID_ENV",
     "RUN_KIND_ENV",
     "RUN_PID_ENV",
@@ -32,6 +34,7 @@ RUN_ID_ENV = "OPENRUNS_RUN_ID"
 RUN_PID_ENV = "OPENRUNS_RUN_PID"
 RUN_KIND_ENV = "OPENRUNS_RUN_KIND"
 RUN_DIR_ENV = "OPENRUNS_RUN_DIR"
+RUN_HOST_ENV = "OPENRUNS_RUN_HOST"
 # Exported beside OPENRUNS_RUN_ID for code written against prime-rl's convention
 # (`init(id=os.environ["RUN_ID"])`); never read, because other tools set RUN_ID too.
 COMPAT_RUN_ID_ENV = "RUN_ID"
@@ -62,7 +65,9 @@ def inherited_run(environ: Mapping[str, str] | None = None) -> InheritedRun | No
     run_id = env.get(RUN_ID_ENV)
     if not run_id:
         return None
-    if env.get(RUN_PID_ENV) == str(os.getpid()):
+    # The pid alone is not enough: a component in another container or on another node can have
+    # the owner's pid (pid 1 is common), so the host must match too.
+    if env.get(RUN_PID_ENV) == str(os.getpid()) and env.get(RUN_HOST_ENV) == socket.gethostname():
         return None
     return InheritedRun(run_id, env.get(RUN_KIND_ENV) or None, env.get(RUN_DIR_ENV) or None)
 
@@ -77,6 +82,7 @@ def export_run(
     env[RUN_ID_ENV] = run_id
     env[COMPAT_RUN_ID_ENV] = run_id
     env[RUN_PID_ENV] = str(os.getpid())
+    env[RUN_HOST_ENV] = socket.gethostname()
     env[RUN_KIND_ENV] = kind
     if run_dir is None:
         env.pop(RUN_DIR_ENV, None)
@@ -89,7 +95,7 @@ def unexport_run(run_id: str, environ: MutableMapping[str, str] | None = None) -
     env = os.environ if environ is None else environ
     if env.get(RUN_ID_ENV) != run_id:
         return
-    for name in (RUN_ID_ENV, RUN_PID_ENV, RUN_KIND_ENV, RUN_DIR_ENV):
+    for name in (RUN_ID_ENV, RUN_PID_ENV, RUN_HOST_ENV, RUN_KIND_ENV, RUN_DIR_ENV):
         env.pop(name, None)
     if env.get(COMPAT_RUN_ID_ENV) == run_id:
         env.pop(COMPAT_RUN_ID_ENV, None)

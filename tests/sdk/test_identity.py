@@ -26,6 +26,16 @@ def test_init_exports_the_run_with_the_owner_pid(tmp_path):
     assert "RUN_ID" not in os.environ
 
 
+def test_the_same_pid_on_another_host_attaches(tmp_path, monkeypatch):
+    from openruns.identity import inherited_run
+
+    owner = openruns.init(mode="offline", dir=tmp_path)
+    assert inherited_run() is None  # our own export
+    monkeypatch.setenv("OPENRUNS_RUN_HOST", "another-node")  # e.g. pid 1 in two containers
+    assert inherited_run().id == owner.id
+    owner.finish()
+
+
 def test_second_init_in_the_same_process_opens_a_new_run(tmp_path):
     first = openruns.init(mode="offline", dir=tmp_path)
     second = openruns.init(mode="offline", dir=tmp_path)

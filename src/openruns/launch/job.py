@@ -43,7 +43,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..identity import COMPAT_RUN_ID_ENV, RUN_DIR_ENV, RUN_ID_ENV, RUN_KIND_ENV, RUN_PID_ENV
+from ..identity import (
+    COMPAT_RUN_ID_ENV,
+    RUN_DIR_ENV,
+    RUN_HOST_ENV,
+    RUN_ID_ENV,
+    RUN_KIND_ENV,
+    RUN_PID_ENV,
+)
 from ..monitors.config import COMPONENT_ENV, MONITORS_ENV, MonitorsConfig, merge_monitors
 from . import DEFAULT_GRACE_SECONDS
 
@@ -55,6 +62,7 @@ PROTECTED_ENV = (
     RUN_ID_ENV,
     COMPAT_RUN_ID_ENV,
     RUN_PID_ENV,
+    RUN_HOST_ENV,
     RUN_KIND_ENV,
     RUN_DIR_ENV,
     MONITORS_ENV,
