@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import httpx
 import pytest
@@ -41,7 +42,7 @@ def test_online_run_children_attach_with_the_run_token(tmp_path, auth_server):
     url, key = auth_server
     child = script(tmp_path, "child.py", CHILD)
     proc = openruns_cli(
-        "run", "--mode", "online", "--name", "online-job", "--", "python", child,
+        "run", "--mode", "online", "--name", "online-job", "--", sys.executable, child,
         cwd=tmp_path,
         env={"OPENRUNS_BASE_URL": url, "OPENRUNS_API_KEY": key, "OPENRUNS_DIR": str(tmp_path)},
     )  # fmt: skip

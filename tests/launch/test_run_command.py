@@ -46,7 +46,10 @@ def test_exit_zero_completes_and_a_child_attaches_without_finishing(tmp_path):
     config.write_bytes(b"# the launch config\nlr = 1e-6\n\n[model]\nname = 'm'  \n")
     child = script(tmp_path, "child.py", ATTACH_CHILD)
     proc = _run(
-        tmp_path, "python", child, options=("--config", str(config), "--name", "rl", "--model", "m")
+        tmp_path,
+        sys.executable,
+        child,
+        options=("--config", str(config), "--name", "rl", "--model", "m"),
     )
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -79,7 +82,7 @@ def test_command_killed_by_a_signal(tmp_path):
 def test_sigterm_is_forwarded_and_the_child_tears_down(tmp_path):
     child = script(tmp_path, "child.py", TEARDOWN_CHILD)
     owner = spawn_cli(
-        "run", "--mode", "offline", "--dir", "runs", "--", "python", child, str(tmp_path),
+        "run", "--mode", "offline", "--dir", "runs", "--", sys.executable, child, str(tmp_path),
         cwd=tmp_path,
     )  # fmt: skip
     wait_for(tmp_path / "ready")
@@ -95,7 +98,7 @@ def test_sigterm_is_forwarded_and_the_child_tears_down(tmp_path):
 def test_sigint_cancels(tmp_path):
     child = script(tmp_path, "child.py", TEARDOWN_CHILD)
     owner = spawn_cli(
-        "run", "--mode", "offline", "--dir", "runs", "--", "python", child, str(tmp_path),
+        "run", "--mode", "offline", "--dir", "runs", "--", sys.executable, child, str(tmp_path),
         cwd=tmp_path,
     )  # fmt: skip
     wait_for(tmp_path / "ready")
@@ -120,7 +123,7 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     )
     owner = spawn_cli(
         "run", "--mode", "offline", "--dir", "runs", "--grace", "0.5", "--",
-        "python", child, str(tmp_path), cwd=tmp_path,
+        sys.executable, child, str(tmp_path), cwd=tmp_path,
     )  # fmt: skip
     wait_for(tmp_path / "ready")
     owner.send_signal(signal.SIGTERM)
@@ -163,7 +166,7 @@ def test_a_launcher_inside_a_launch_attaches_and_leaves_the_status_to_the_owner(
 def test_sighup_fails_the_run(tmp_path):
     child = script(tmp_path, "child.py", TEARDOWN_CHILD)
     owner = spawn_cli(
-        "run", "--mode", "offline", "--dir", "runs", "--", "python", child, str(tmp_path),
+        "run", "--mode", "offline", "--dir", "runs", "--", sys.executable, child, str(tmp_path),
         cwd=tmp_path,
     )  # fmt: skip
     wait_for(tmp_path / "ready")
