@@ -152,6 +152,7 @@ def test_run_page_config_summary_steps_and_exports(page, seeded):
 def test_step_slider_marks_the_step_and_links_its_episodes(page, seeded):
     page.goto(f"/runs/{seeded.train}")
     expect(chart(page, "train/loss")).to_have_attribute("data-points", str(TRAIN_STEPS))
+    expect(page.locator("#step-number")).to_have_value(str(SPIKY_STEPS - 1))  # follows the end
     page.fill("#step-number", "2")
     page.dispatch_event("#step-number", "change")
     info = page.locator("#step-info")

@@ -106,7 +106,7 @@ export function showError(error) {
   banner.hidden = false;
 }
 
-export function clearError() {
+function clearError() {
   const banner = document.getElementById("error");
   if (banner) banner.hidden = true;
 }
@@ -157,16 +157,17 @@ export function h(tag, attrs = {}, ...children) {
       el.setAttribute(name, value === true ? "" : value);
     }
   }
-  return fill(el, ...children, { keep: true });
+  return appendAll(el, children);
 }
 
-// Replace an element's children (nested arrays flattened; null, undefined and false skipped,
-// strings as text). fill(el, ..., {keep: true}) appends instead.
+// Replace an element's children, as h() takes them.
 export function fill(el, ...children) {
-  const last = children[children.length - 1];
-  const keep = last && last.keep === true && !(last instanceof Node);
-  if (keep) children.pop();
-  else el.replaceChildren();
+  el.replaceChildren();
+  return appendAll(el, children);
+}
+
+// Nested arrays are flattened; null, undefined and false skipped; strings become text.
+function appendAll(el, children) {
   for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null || child === false) continue;
     el.append(child instanceof Node ? child : String(child));
@@ -211,7 +212,7 @@ export function formatTime(epoch) {
   return new Date(epoch * 1000).toLocaleString("sv-SE").slice(0, 19); // 2026-01-31 12:34:56
 }
 
-export function formatAgo(epoch) {
+function formatAgo(epoch) {
   if (!epoch) return "—";
   const seconds = Date.now() / 1000 - epoch;
   if (seconds < 45) return "just now";

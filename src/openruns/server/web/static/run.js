@@ -8,7 +8,7 @@
 
 import {
   api, fill, apiUrl, downloadLink, formatDuration, formatNumber, formatTime, h, linkRow, navigableRows,
-  numericLeaves, pathParts, poll, runDuration, runTitle, showError, statusBadge, timeCell, envName,
+  pathParts, poll, runDuration, runTitle, showError, statusBadge, timeCell, envName,
 } from "./common.js";
 import { COLORS, ChartGrid } from "./charts.js";
 
@@ -154,7 +154,9 @@ function updateSlider() {
   const follow = slider.hidden || Number(range.value) === Number(range.max);
   slider.hidden = false;
   range.max = number.max = String(max);
-  if (follow && grid.marker === null) range.value = number.value = String(max);
+  // Follow the newest step until a step is chosen (or is being typed).
+  const typing = document.activeElement === number || document.activeElement === range;
+  if (follow && grid.marker === null && !typing) range.value = number.value = String(max);
 }
 
 let stepTimer = null;
