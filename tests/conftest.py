@@ -4,6 +4,8 @@ import os
 
 import pytest
 
+from . import procs
+
 _RUN_ENV = (
     "OPENRUNS_RUN_ID",
     "OPENRUNS_RUN_PID",
@@ -21,6 +23,7 @@ def _isolated_settings(tmp_path, monkeypatch):
             monkeypatch.delenv(name)
     monkeypatch.setenv("OPENRUNS_CONFIG_FILE", str(tmp_path / "no-config.toml"))
     yield
+    procs.reap()
     # init() exports the run it creates straight into os.environ; undo what a test left behind.
     for name in _RUN_ENV:
         os.environ.pop(name, None)

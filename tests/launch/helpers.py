@@ -12,6 +12,8 @@ from typing import Any
 
 from openruns.rundir import read_json
 
+from ..procs import default_signals, track
+
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
@@ -30,18 +32,21 @@ def openruns_cli(
         capture_output=True,
         text=True,
         timeout=timeout,
+        preexec_fn=default_signals,
     )
 
 
 def spawn_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "openruns.cli", *args],
         cwd=cwd,
         env=cli_env(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,
     )
+    return track(proc)
 
 
 def script(tmp_path: Path, name: str, code: str) -> str:

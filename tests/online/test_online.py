@@ -15,6 +15,7 @@ import openruns
 from openruns.upload import http as sdk_http
 from openruns.upload import pipeline as sdk_pipeline
 
+from ..procs import track
 from .conftest import SRC, all_episodes, get, metric_points
 from .faultproxy import FaultProxy
 
@@ -142,11 +143,13 @@ run.flush()
 print(run.id, flush=True)
 time.sleep(60)
 """
-    producer = subprocess.Popen(
-        [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": SRC},
-        stdout=subprocess.PIPE,
-        text=True,
+    producer = track(
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONPATH": SRC},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
     )
     run_id = producer.stdout.readline().strip()
     assert get(proc.url, f"/runs/{run_id}")["status"] == "running"

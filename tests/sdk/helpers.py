@@ -11,6 +11,8 @@ from typing import Any
 
 from openruns.rundir import iter_stream, read_json
 
+from ..procs import default_signals, track
+
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
@@ -42,16 +44,19 @@ def python(
         capture_output=True,
         text=True,
         timeout=timeout,
+        preexec_fn=default_signals,
     )
 
 
 def spawn(code: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     full_env = {**os.environ, "PYTHONPATH": SRC, **(env or {})}
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code)],
         cwd=cwd,
         env=full_env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,
     )
+    return track(proc)
