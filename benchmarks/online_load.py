@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import re
 import resource
@@ -119,6 +120,11 @@ def main() -> None:
     server, url = start_server(tmp / "server")
     try:
         factory = EpisodeFactory(seed=0)
+        # The generator's shared traces are millions of objects that are the benchmark's, not
+        # the SDK's: keep the collector from walking them (a trainer's long-lived data is
+        # promoted the same way), or its gen-2 pauses would be charged to the loop.
+        gc.collect()
+        gc.freeze()
         if args.fixed_mb:
             sizes = [int(args.fixed_mb * 1e6)] * args.episodes
         else:
