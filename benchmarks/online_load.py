@@ -170,10 +170,21 @@ def main() -> None:
             f"({100 * total_mb / elapsed / limit:.0f} % of it)"
         )
         print(f"producer peak RSS {peak_rss:,.0f} MB")
+        producer_cpu = _cpu(resource.RUSAGE_SELF)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
         shutil.rmtree(tmp, ignore_errors=True)
+    server_cpu = _cpu(resource.RUSAGE_CHILDREN)
+    print(
+        f"CPU seconds: producer {producer_cpu:.1f}, server {server_cpu:.1f} "
+        f"({(producer_cpu + server_cpu) / elapsed:.2f} cores busy on average)"
+    )
+
+
+def _cpu(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":
