@@ -10,13 +10,17 @@ block copies the top level (and each member trace) of the mapping it writes.
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
+logger = logging.getLogger("openruns")
+
 __all__ = [
+    "MetricsCleaner",
     "clean_finite",
     "flatten_metrics",
     "index_fields",
@@ -117,6 +121,31 @@ def flatten_metrics(values: Mapping[Any, Any]) -> tuple[dict[str, float | int], 
     dropped: dict[str, str] = {}
     _flatten_into("", values, kept, dropped)
     return kept, dropped
+
+
+class MetricsCleaner:
+    """
+    flatten_metrics, naming each dropped key in one warning the first time it is dropped (a NaN
+    loss every step would otherwise bury the log). `dropped_values` counts every drop.
+    """
+
+    def __init__(self) -> None:
+        self._named: set[str] = set()
+        self.dropped_values = 0
+
+    def clean(self, values: Mapping[Any, Any]) -> dict[str, float | int]:
+        kept, dropped = flatten_metrics(values)
+        if dropped:
+            self.dropped_values += len(dropped)
+            fresh = {k: why for k, why in dropped.items() if k not in self._named}
+            if fresh:
+                self._named.update(fresh)
+                logger.warning(
+                    "openruns: dropped metric values that are not finite numbers: %s "
+                    "(each key is named once)",
+                    ", ".join(f"{k} ({why})" for k, why in fresh.items()),
+                )
+        return kept
 
 
 def _flatten_into(prefix: str, values: Mapping[Any, Any], kept: dict, dropped: dict) -> None:

@@ -20,12 +20,13 @@ file. Index rows point at (segment, frame offset, offset and length inside the f
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 import zstandard
@@ -36,6 +37,8 @@ __all__ = [
     "Frame",
     "SegmentWriter",
     "batch_key",
+    "frame_length",
+    "fsync_dir",
     "iter_frames",
     "iter_stream",
     "new_writer_id",
@@ -127,7 +130,7 @@ class SegmentWriter:
         self._fd = None
         final = self.stream_dir / self._name
         os.rename(self.stream_dir / (self._name + ".open"), final)
-        _fsync_dir(self.stream_dir)
+        fsync_dir(self.stream_dir)
 
     def close(self) -> None:
         self.seal()
@@ -249,21 +252,29 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def _frame_end(raw: bytes, offset: int) -> int | None:
+    length = frame_length(io.BytesIO(raw), offset, len(raw))
+    return None if length is None else offset + length
+
+
+def frame_length(fh: BinaryIO, offset: int, file_size: int) -> int | None:
     """
-    The end offset of the zstd frame starting at `offset`, from its block headers (RFC 8878
-    §3.1.1), or None when the frame is incomplete. python-zstandard does not expose
-    ZSTD_findFrameCompressedSize, and decompressing to find the end would copy the rest of the
-    segment once per frame.
+    The length of the zstd frame at `offset`, from its block headers (RFC 8878 §3.1.1), or None
+    when no whole frame starts there. Reads a few bytes per block, not the frame: python-zstandard
+    does not expose ZSTD_findFrameCompressedSize, and decompressing to find the end would copy
+    the rest of the file once per frame.
     """
-    if raw[offset : offset + 4] != _ZSTD_MAGIC:
+    fh.seek(offset)
+    head = fh.read(18)
+    if head[:4] != _ZSTD_MAGIC or len(head) < 6:
         return None
     try:
-        pos = offset + zstandard.frame_header_size(raw[offset : offset + 18])
+        pos = offset + zstandard.frame_header_size(head)
     except zstandard.ZstdError:
         return None
-    has_checksum = raw[offset + 4] & 0x04
+    has_checksum = head[4] & 0x04
     while True:
-        header = raw[pos : pos + 3]
+        fh.seek(pos)
+        header = fh.read(3)
         if len(header) < 3:
             return None
         value = int.from_bytes(header, "little")
@@ -274,7 +285,7 @@ def _frame_end(raw: bytes, offset: int) -> int | None:
         if last:
             break
     pos += 4 if has_checksum else 0
-    return pos if pos <= len(raw) else None
+    return pos - offset if pos <= file_size else None
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -284,7 +295,8 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in `path` durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -10,12 +10,9 @@ by the worker (with the monitor's name) and the next call goes on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
-from ..records import flatten_metrics
-
-__all__ = ["MetricsCleaner", "Monitor", "PartialFailure"]
+__all__ = ["Monitor", "PartialFailure"]
 
 logger = logging.getLogger("openruns.monitors")
 
@@ -49,29 +46,3 @@ class PartialFailure(Exception):
     def __init__(self, failed: int, first: BaseException):
         super().__init__(f"{failed} record(s) failed; the first: {type(first).__name__}: {first}")
         self.failed = failed
-
-
-class MetricsCleaner:
-    """
-    Flattens a metrics mapping to `a/b` keys and drops what is not a finite number, naming each
-    dropped key in one warning the first time it is dropped (a NaN loss every step would
-    otherwise bury the log).
-    """
-
-    def __init__(self) -> None:
-        self._named: set[str] = set()
-        self.dropped_values = 0
-
-    def clean(self, values: Mapping[str, Any]) -> dict[str, float | int]:
-        kept, dropped = flatten_metrics(values)
-        if dropped:
-            self.dropped_values += len(dropped)
-            fresh = {k: why for k, why in dropped.items() if k not in self._named}
-            if fresh:
-                self._named.update(fresh)
-                logger.warning(
-                    "openruns monitors: dropped metric values that are not finite numbers: %s "
-                    "(each key is named once)",
-                    ", ".join(f"{k} ({why})" for k, why in fresh.items()),
-                )
-        return kept

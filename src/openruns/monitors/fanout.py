@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..records import is_episode
-from .base import MetricsCleaner, Monitor
+from ..records import MetricsCleaner, is_episode
+from .base import Monitor
 from .config import COMPONENT_ENV, MonitorsConfig
 from .worker import MonitorStats, MonitorWorker
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from ..records import flatten_metrics, index_fields, record_step, stamp_run, to_mapping
+from ..records import MetricsCleaner, index_fields, record_step, stamp_run, to_mapping
 from . import fork
 from .encoder import (
     Batch,
@@ -86,7 +86,7 @@ class Pipeline:
         self._run_type = run_type
         self._batch_bytes = batch_bytes or BATCH_BYTES
         self._max_records = max_queued_records
-        self._warned_keys: set[str] = set()
+        self._cleaner = MetricsCleaner()
         self._reset()
         fork.register(self)
 
@@ -176,17 +176,8 @@ class Pipeline:
     # -- encoding (encoder threads) -----------------------------------------------------------
 
     def metrics_line(self, item: Item) -> list[Piece]:
-        values, dropped = flatten_metrics(item.payload)
-        if dropped:
-            self.stats.dropped_values += len(dropped)
-            fresh = {k: why for k, why in dropped.items() if k not in self._warned_keys}
-            if fresh:
-                self._warned_keys.update(fresh)
-                logger.warning(
-                    "openruns: dropped metric values that are not finite numbers: %s "
-                    "(each key is named once)",
-                    ", ".join(f"{k} ({why})" for k, why in fresh.items()),
-                )
+        values = self._cleaner.clean(item.payload)
+        self.stats.dropped_values = self._cleaner.dropped_values
         return encode_metrics_row(item.step, item.ts, values)
 
     def record_line(

@@ -25,10 +25,12 @@ import fcntl
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 import zstandard
+
+from ...rundir import frame_length
 
 __all__ = [
     "OPEN_SUFFIX",
@@ -37,13 +39,11 @@ __all__ = [
     "chunk_numbers",
     "chunk_path",
     "decompress_frame",
-    "frame_length",
     "read_index_rows",
 ]
 
 SEALED_SUFFIX = ".jsonl.zst"
 OPEN_SUFFIX = ".open.jsonl.zst"
-_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def chunk_path(stream_dir: Path, number: int) -> Path:
@@ -93,36 +93,6 @@ def decompress_frame(dctx: zstandard.ZstdDecompressor, frame: bytes) -> bytes:
     if not dobj.eof:
         raise zstandard.ZstdError("truncated zstd frame")
     return data
-
-
-def frame_length(fh: BinaryIO, offset: int, file_size: int) -> int | None:
-    """
-    The length of the zstd frame at `offset`, from its block headers (RFC 8878 §3.1.1), or None
-    when no whole frame starts there. Reads a few bytes per 128 KB block, not the frame.
-    """
-    fh.seek(offset)
-    head = fh.read(18)
-    if head[:4] != _MAGIC or len(head) < 6:
-        return None
-    try:
-        pos = offset + zstandard.frame_header_size(head)
-    except zstandard.ZstdError:
-        return None
-    has_checksum = head[4] & 0x04
-    while True:
-        fh.seek(pos)
-        header = fh.read(3)
-        if len(header) < 3:
-            return None
-        value = int.from_bytes(header, "little")
-        last, block_type, size = value & 1, (value >> 1) & 3, value >> 3
-        if block_type == 3:
-            return None
-        pos += 3 + (1 if block_type == 1 else size)
-        if last:
-            break
-    pos += 4 if has_checksum else 0
-    return pos - offset if pos <= file_size else None
 
 
 class ChunkWriter:

@@ -15,6 +15,8 @@ import secrets
 from pathlib import Path
 from typing import Protocol
 
+from ...rundir import fsync_dir
+
 __all__ = ["BlobStore", "LocalBlobStore"]
 
 
@@ -57,7 +59,7 @@ class LocalBlobStore:
             raise
         os.close(fd)
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
     def get(self, key: str) -> bytes:
         return self._path(key).read_bytes()
@@ -86,12 +88,4 @@ def _makedirs_durable(path: Path) -> None:
         path.mkdir()
     except FileExistsError:
         return
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(path.parent)
