@@ -231,3 +231,23 @@ def test_a_wrong_key_fails_init(server_process, tmp_path):
     proc = server_process("--auth").start()
     with pytest.raises(openruns.UnauthorizedError):
         openruns.init(base_url=proc.url, api_key="not-a-key", dir=tmp_path / "local")
+
+
+def test_finish_with_the_server_down_does_not_wait_out_the_drain_budget(
+    server_process, tmp_path, monkeypatch
+):
+    from openruns.backends import server as backend_module
+    from openruns.sinks import server as sink_module
+
+    proc = server_process()  # never started
+    monkeypatch.setattr(sdk_http, "DEFAULT_TIMEOUT", httpx.Timeout(0.5, connect=0.5))
+    monkeypatch.setattr(backend_module, "CONNECT_PATIENCE", 1.0)
+    monkeypatch.setattr(backend_module, "FINISH_PATIENCE", 1.0)
+    monkeypatch.setattr(sink_module, "GIVE_UP_AFTER", 2.0)
+    run = openruns.init(kind="train", base_url=proc.url, dir=tmp_path / "local")
+    run.log_episodes([_episode(i, 0) for i in range(5)])
+    start = time.monotonic()
+    run.finish()  # the default budget is 300 s; nothing answers, so it gives up early
+    assert time.monotonic() - start < 30
+    assert run.dropped_records == 0  # everything is in the spool, for `openruns sync`
+    assert any("openruns sync" in e for e in run.errors)

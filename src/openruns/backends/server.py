@@ -31,7 +31,7 @@ __all__ = ["ServerBackend"]
 logger = logging.getLogger("openruns")
 
 CONNECT_PATIENCE = 10.0  # how long init() tries to reach the server before going on without it
-FINISH_PATIENCE = 30.0
+FINISH_PATIENCE = 15.0
 DEFAULT_HEARTBEAT = 30.0
 
 

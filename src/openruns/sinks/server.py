@@ -57,6 +57,8 @@ MAX_IN_FLIGHT = {"metrics": 2, "records": 8}
 # How long one send retries in place before its batch moves to the spool.
 SEND_PATIENCE = 5.0
 MAX_PROBE_DELAY = 5.0
+# At close, how long a server that answers nothing is waited for before the rest stays spooled.
+GIVE_UP_AFTER = 30.0
 _STOPPING = (UnauthorizedError, ForbiddenError, NotFoundError)
 _REJECTED = (BadRequestError, ConflictError)
 
@@ -107,6 +109,7 @@ class ServerSink:
         }
         self._healthy = True
         self._failures = 0
+        self._unhealthy_since: float | None = None
         self._stopped: str | None = None
         self._closing = threading.Event()
         self._spool_lock = threading.Lock()
@@ -151,16 +154,28 @@ class ServerSink:
                     self._spool_writers[stream].sync()
 
     def close(self, streams: tuple[str, ...], deadline: float | None) -> None:
-        """Send everything (spooled backlog included) until `deadline`; spool what is left."""
+        """
+        Send everything (spooled backlog included) until `deadline`, or until the server has
+        not answered for GIVE_UP_AFTER seconds (the rest is safe in the spool, and a process
+        exiting while its server is down should not wait out the whole drain budget); spool
+        what is left.
+        """
         lane = _lane(streams[0])
+
+        def settled() -> bool:
+            if self._stopped is not None:
+                return True
+            if self._in_flight[lane] == 0 and not self._backlog[lane]:
+                return True
+            down_since = self._unhealthy_since
+            return down_since is not None and time.monotonic() - down_since > GIVE_UP_AFTER
+
         with self._cond:
-            self._cond.wait_for(
-                lambda: (
-                    (self._in_flight[lane] == 0 and not self._backlog[lane])
-                    or self._stopped is not None
-                ),
-                _remaining(deadline),
-            )
+            while not settled():
+                left = _remaining(deadline)
+                if left == 0.0:
+                    break
+                self._cond.wait(1.0 if left is None else min(1.0, left))
         self._spool_in_flight(lane)
         with self._spool_lock:
             for stream in streams:
@@ -273,11 +288,14 @@ class ServerSink:
             if outcome == "spool":
                 self._failures += 1
                 self._healthy = False
+                if self._unhealthy_since is None:
+                    self._unhealthy_since = time.monotonic()
                 if upload.spooled_at is not None and not self._closing.is_set():
                     self._backlog[lane].appendleft(upload)
             else:
                 self._failures = 0
                 self._healthy = True
+                self._unhealthy_since = None
             self._unspooled[lane] = sum(
                 1 for u in self._pending.values() if _lane(u.stream) == lane and not u.spooled_at
             )
