@@ -161,14 +161,19 @@ class ServerSink:
         what is left.
         """
         lane = _lane(streams[0])
+        close_started = time.monotonic()
 
         def settled() -> bool:
             if self._stopped is not None:
                 return True
             if self._in_flight[lane] == 0 and not self._backlog[lane]:
                 return True
+            # Silence counts from close at the earliest: a server that just came back gets the
+            # full grace for a probe to find it.
             down_since = self._unhealthy_since
-            return down_since is not None and time.monotonic() - down_since > GIVE_UP_AFTER
+            if down_since is None:
+                return False
+            return time.monotonic() - max(down_since, close_started) > GIVE_UP_AFTER
 
         with self._cond:
             while not settled():
