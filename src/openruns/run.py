@@ -73,6 +73,7 @@ class Run:
         self._status = RunStatus.RUNNING
         self._error: str | None = None
         self.summary: dict[str, Any] = {}
+        self._published: dict[str, Any] = {}  # the summary as last sent by flush()
         self._step = -1
         self._finish_lock = threading.RLock()
         self._finishing = False
@@ -225,8 +226,10 @@ class Run:
         False when `timeout` passed first. Under on_error="raise", re-raises the first failure.
         """
         drained = self._pipeline.flush(timeout) if self._pipeline else True
-        if self.owns_lifecycle and not self._finishing:
-            self._contain("updating the run", lambda: self._backend.update(dict(self.summary)))
+        if self.owns_lifecycle and not self._finishing and self.summary != self._published:
+            summary = dict(self.summary)
+            self._contain("updating the run", lambda: self._backend.update(summary))
+            self._published = summary
         self._raise_deferred()
         return drained
 

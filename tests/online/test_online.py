@@ -44,11 +44,14 @@ def test_an_online_run_arrives_whole(server, tmp_path):
         run.log_metrics({"loss": 1 / (step + 1), "nested": {"acc": step / 100}}, step=step)
     run.log_episodes([_episode(i, step=i % 10) for i in range(40)])
     run.log_traces([{"id": "bare-trace", "reward": 0.5}], step=3)
+    run.update_summary({"best": 0.9})
+    assert run.flush(timeout=30)
+    assert get(server.url, f"/runs/{run.id}")["summary"] == {"best": 0.9}  # live, not at finish
     run.finish({"final": 1.0})
     assert (run.dropped_records, run.failed_records, run.errors) == (0, {}, [])
 
     doc = get(server.url, f"/runs/{run.id}")
-    assert doc["status"] == "completed" and doc["summary"] == {"final": 1.0}
+    assert doc["status"] == "completed" and doc["summary"] == {"best": 0.9, "final": 1.0}
     assert doc["name"] == "online" and doc["kind"] == "train"
     assert metric_points(server.url, run.id, "nested/acc")[5] == (5, 0.05)
     assert len(metric_points(server.url, run.id, "loss")) == 100

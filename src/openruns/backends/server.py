@@ -32,6 +32,7 @@ logger = logging.getLogger("openruns")
 
 CONNECT_PATIENCE = 10.0  # how long init() tries to reach the server before going on without it
 FINISH_PATIENCE = 15.0
+UPDATE_TIMEOUT = 5.0
 DEFAULT_HEARTBEAT = 30.0
 
 
@@ -139,7 +140,10 @@ class ServerBackend:
     def update(self, summary: dict[str, Any]) -> None:
         self.local.update(summary)
         if self._metadata is None:
-            self.client.request("PATCH", f"/runs/{self.run_id}", json={"summary": summary})
+            # One short attempt: flush() is bounded by its caller; finish() sends it again.
+            self.client.request(
+                "PATCH", f"/runs/{self.run_id}", json={"summary": summary}, timeout=UPDATE_TIMEOUT
+            )
 
     def finalize(
         self, status: RunStatus, error: str | None, summary: dict[str, Any], losses: dict[str, Any]

@@ -276,7 +276,8 @@ class ServerSink:
                 self.stats.count_failed(self.name, upload.count, exc, "uploading a batch")
                 outcome = "rejected"
         except Exception as exc:  # a bug of ours: keep the batch, say what happened
-            self.stats.record_error("uploading a batch", exc)
+            if not self._closing.is_set():  # after close the client is gone; the batch is spooled
+                self.stats.record_error("uploading a batch", exc)
         self._settle(upload, lane, outcome)
 
     def _settle(self, upload: _Upload, lane: str, outcome: str) -> None:

@@ -81,8 +81,10 @@ class ApiClient:
         content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         params: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> Any:
-        """One attempt. Returns the decoded JSON body; raises an openruns APIError."""
+        """One attempt (`timeout`: seconds, else the client's). Returns the decoded JSON body;
+        raises an openruns APIError."""
         body = content
         sent_headers = dict(headers or {})
         if json is not None:
@@ -90,7 +92,12 @@ class ApiClient:
             sent_headers["Content-Type"] = "application/json"
         try:
             response = self._client.request(
-                method, path, content=body, headers=sent_headers, params=params
+                method,
+                path,
+                content=body,
+                headers=sent_headers,
+                params=params,
+                timeout=self._timeout if timeout is None else timeout,
             )
         except httpx.TimeoutException as exc:
             raise APITimeoutError(f"{method} {path}: timed out ({type(exc).__name__})") from exc
