@@ -66,8 +66,11 @@ def test_overload_answers_503_with_retry_after(make_server):
         rid = create_run(http)["id"]
         data = metric_rows(range(10), a=1.0)
 
+        sent_first = threading.Event()
+
         def slow_body():
             yield data[:10]
+            sent_first.set()  # httpx asks for the next chunk once the first is on the wire
             release.wait(10)
             yield data[10:]
 
@@ -77,6 +80,10 @@ def test_overload_answers_503_with_retry_after(make_server):
         )
         holder.start()
         try:
+            # Probe only once the holder is in: a probe that came first would take the single
+            # slot itself, and the holder would be the one refused.
+            assert sent_first.wait(10)
+            time.sleep(0.5)
             deadline = time.monotonic() + 20  # generous: the holder must reach the gate first
             while True:
                 response = upload(http, rid, "metrics", metric_rows([99], a=2.0))
