@@ -90,7 +90,3 @@ class RecordQueue:
     @property
     def accepted(self) -> int:
         return self._accepted
-
-    @property
-    def queued(self) -> int:
-        return self._accepted - self._taken
