@@ -23,6 +23,7 @@ Mode = Literal["online", "offline", "disabled"]
 OnError = Literal["warn", "raise"]
 
 _MODES = ("online", "offline", "disabled")
+_NONZERO = ("max_queued_records", "upload_buffer_bytes", "request_timeout", "connect_timeout")
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,20 @@ class Settings:
     - `on_error`: warn (log upload failures, never raise) | raise (re-raise the first failure
       from the next flush() or at the end of finish()).
     - `finish_timeout`: seconds finish() may spend draining uploads. Default 300.
-    - `max_queued_records`: records a run holds in memory, per lane (metric rows; episodes and
-      traces), before log_* calls start dropping and counting. Default 8192.
+    - `max_queued_records`: records (references to the caller's objects, not yet encoded) a run
+      holds per lane (metric rows; episodes and traces) before log_* calls start dropping and
+      counting. Default 65536.
     - `spool_bytes`: disk an online run may use for batches the server has not taken yet
       (compressed); beyond it records are dropped and counted. Default 8 GiB.
+    - `upload_buffer_bytes`: memory the upload pipeline may hold for encoded records (pieces
+      waiting to be compressed, compressed batches waiting or in flight); beyond it the encoder
+      waits, and new batches go to the spool when the server is down. Default 96 MiB.
+    - `request_timeout`: seconds one HTTP request to the server may take. Default 60.
+    - `connect_timeout`: seconds to wait for a connection to the server; also how long init()
+      tries to reach the server before opening the run without it. Default 10.
+    - `retry_timeout`: seconds a failed call is retried (backoff with jitter, Retry-After
+      honoured) before it counts as failed: a read raises, `openruns sync` reports it. Uploads
+      are never given up this way: a batch the server cannot take waits in the spool. Default 30.
     """
 
     mode: Mode = "offline"
@@ -51,8 +62,12 @@ class Settings:
     dir: str = "openruns"
     on_error: OnError = "warn"
     finish_timeout: float = 300.0
-    max_queued_records: int = 8192
+    max_queued_records: int = 65536
     spool_bytes: int = 8 * 1024**3
+    upload_buffer_bytes: int = 96 * 1024**2
+    request_timeout: float = 60.0
+    connect_timeout: float = 10.0
+    retry_timeout: float = 30.0
 
     @classmethod
     def resolve(
@@ -126,13 +141,17 @@ def _validated(values: dict[str, Any]) -> dict[str, Any]:
         ("finish_timeout", float),
         ("max_queued_records", int),
         ("spool_bytes", int),
+        ("upload_buffer_bytes", int),
+        ("request_timeout", float),
+        ("connect_timeout", float),
+        ("retry_timeout", float),
     ):
         if name in values:
             try:
                 values[name] = kind(values[name])
             except (TypeError, ValueError) as exc:
                 raise ConfigurationError(f"{name} must be a number, got {values[name]!r}") from exc
-            if values[name] < 0 or (name == "max_queued_records" and values[name] == 0):
+            if values[name] < 0 or (name in _NONZERO and values[name] == 0):
                 raise ConfigurationError(f"{name} must be positive, got {values[name]!r}")
     if "dir" in values:
         values["dir"] = os.fspath(values["dir"])

@@ -15,6 +15,7 @@ import argparse
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,15 +24,13 @@ from typing import Any
 
 import orjson
 
-from .errors import APIError, BadRequestError, ConflictError, NotFoundError
+from .errors import APIError, ConflictError, NotFoundError
 from .rundir import STREAMS, Frame, iter_frames, read_json, segment_paths
 from .settings import Settings
 from .spec import RunStatus
-from .upload.http import ApiClient, retrying
+from .upload.wire import Disposition, WireClient, disposition, retrying
 
 __all__ = ["SyncResult", "add_arguments", "find_run_dirs", "run", "sync_run"]
-
-RETRY_PATIENCE = 120.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if not run_dirs:
         print("openruns sync: no runs found")
         return 0
-    client = ApiClient(settings.base_url, settings.api_key)
+    wire = WireClient.from_settings(settings)
     console = Console(stderr=True)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console
@@ -75,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
         def one(run_dir: Path) -> SyncResult:
             task = progress.add_task(run_dir.name, total=None)
             return sync_run(
-                client,
+                wire,
                 run_dir,
+                retry_timeout=settings.retry_timeout,
                 on_total=lambda n: progress.update(task, total=n),
                 on_frame=lambda: progress.advance(task),
             )
@@ -112,40 +112,93 @@ def _is_run_dir(path: Path) -> bool:
 
 
 def sync_run(
-    client: ApiClient,
+    wire: WireClient,
     run_dir: Path,
+    *,
+    retry_timeout: float = 30.0,
     on_total: Any = lambda n: None,
     on_frame: Any = lambda: None,
 ) -> SyncResult:
+    """Upload one run directory (see the module docstring); failures are in `errors`."""
     meta = read_json(run_dir / "run.json") or {}
     result = SyncResult(run_dir, meta.get("id") or run_dir.name)
+    sync = _Sync(wire, retry_timeout)
     try:
-        _ensure_run(client, result.run_id, meta)
+        sync.ensure_run(result.run_id, meta)
         pending = list(_unacknowledged(run_dir, result))
         on_total(len(pending))
         for stream, frame in pending:
-            _upload(client, run_dir, result, stream, frame)
+            sync.upload(run_dir, result, stream, frame)
             on_frame()
-        result.status = _close(client, result.run_id, meta)
+        result.status = sync.close(result.run_id, meta)
     except APIError as exc:
         result.errors.append(str(exc))
     return result
 
 
-def _ensure_run(client: ApiClient, run_id: str, meta: dict[str, Any]) -> None:
-    try:
-        retrying(lambda: client.request("GET", f"/runs/{run_id}"), deadline=_deadline())
-        return
-    except NotFoundError:
-        pass
-    keys = ("kind", "name", "model", "environments", "framework", "description", "tags")
-    body = {k: meta[k] for k in (*keys, "config", "training", "team_id") if meta.get(k) is not None}
-    body.setdefault("kind", "eval")
-    body["id"] = run_id
-    retrying(
-        lambda: client.request("POST", "/runs", json=body, headers={"Idempotency-Key": run_id}),
-        deadline=_deadline(),
-    )
+class _Sync:
+    """The server calls of one sync, each retried for `retry_timeout`."""
+
+    def __init__(self, wire: WireClient, retry_timeout: float):
+        self.wire = wire
+        self.retry_timeout = retry_timeout
+
+    def retried(self, call: Any) -> Any:
+        return retrying(call, deadline=time.monotonic() + self.retry_timeout)
+
+    def ensure_run(self, run_id: str, meta: dict[str, Any]) -> None:
+        try:
+            self.retried(lambda: self.wire.get_run(run_id))
+            return
+        except NotFoundError:
+            pass
+        keys = ("kind", "name", "model", "environments", "framework", "description", "tags")
+        fields = (*keys, "config", "training", "team_id")
+        body = {k: meta[k] for k in fields if meta.get(k) is not None}
+        body.setdefault("kind", "eval")
+        body["id"] = run_id
+        self.retried(lambda: self.wire.create_run(body, key=run_id))
+
+    def upload(self, run_dir: Path, result: SyncResult, stream: str, frame: Frame) -> None:
+        records = frame.data.count(b"\n")
+        try:
+            self.retried(
+                lambda: self.wire.upload(result.run_id, stream, [frame.compressed], key=frame.key)
+            )
+        except APIError as exc:
+            if disposition(exc) is not Disposition.REJECT:
+                raise
+            result.rejected += records
+            result.errors.append(f"{stream} batch {frame.segment}@{frame.offset}: {exc}")
+            _append(run_dir / stream / "rejected.ndjson", frame.key)
+            return
+        result.frames += 1
+        result.records += records
+        _append(run_dir / stream / "acked.ndjson", frame.key)
+
+    def close(self, run_id: str, meta: dict[str, Any]) -> str | None:
+        status, error = meta.get("status"), meta.get("error")
+        if status == RunStatus.RUNNING.value and _owner_is_gone(meta):
+            owner = meta.get("owner") or {}
+            status = RunStatus.CRASHED.value
+            error = (
+                f"the process that owned the run (pid {owner.get('pid')} on {owner.get('host')}) "
+                "ended without closing it (found by openruns sync)"
+            )
+        if status is None or status == RunStatus.RUNNING.value:
+            return status
+        body = {
+            "status": status,
+            "error": error,
+            "summary": meta.get("summary") or {},
+            "losses": meta.get("losses") or {},
+        }
+        try:
+            self.retried(lambda: self.wire.finish_run(run_id, body))
+        except ConflictError:
+            current = self.wire.get_run(run_id)
+            return str(current.get("status"))  # closed before with another status; theirs stands
+        return status
 
 
 def _unacknowledged(run_dir: Path, result: SyncResult) -> Iterable[tuple[str, Frame]]:
@@ -172,62 +225,6 @@ def _acked_keys(stream_dir: Path) -> set[str]:
     return keys
 
 
-def _upload(
-    client: ApiClient, run_dir: Path, result: SyncResult, stream: str, frame: Frame
-) -> None:
-    headers = {
-        "Idempotency-Key": frame.key,
-        "Content-Type": "application/x-ndjson",
-        "Content-Encoding": "zstd",
-    }
-    path = f"/runs/{result.run_id}/metrics"
-    if stream != "metrics":
-        path = f"/runs/{result.run_id}/episodes"
-        headers["X-Openruns-Stream"] = stream
-    records = frame.data.count(b"\n")
-    try:
-        retrying(
-            lambda: client.request("POST", path, content=frame.compressed, headers=headers),
-            deadline=_deadline(),
-        )
-    except (BadRequestError, ConflictError) as exc:
-        result.rejected += records
-        result.errors.append(f"{stream} batch {frame.segment}@{frame.offset}: {exc}")
-        _append(run_dir / stream / "rejected.ndjson", frame.key)
-        return
-    result.frames += 1
-    result.records += records
-    _append(run_dir / stream / "acked.ndjson", frame.key)
-
-
-def _close(client: ApiClient, run_id: str, meta: dict[str, Any]) -> str | None:
-    status, error = meta.get("status"), meta.get("error")
-    if status == RunStatus.RUNNING.value and _owner_is_gone(meta):
-        owner = meta.get("owner") or {}
-        status = RunStatus.CRASHED.value
-        error = (
-            f"the process that owned the run (pid {owner.get('pid')} on {owner.get('host')}) "
-            "ended without closing it (found by openruns sync)"
-        )
-    if status is None or status == RunStatus.RUNNING.value:
-        return status
-    body = {
-        "status": status,
-        "error": error,
-        "summary": meta.get("summary") or {},
-        "losses": meta.get("losses") or {},
-    }
-    try:
-        retrying(
-            lambda: client.request("POST", f"/runs/{run_id}/finish", json=body),
-            deadline=_deadline(),
-        )
-    except ConflictError:
-        current = client.request("GET", f"/runs/{run_id}")
-        return str(current.get("status"))  # closed before with another status; theirs stands
-    return status
-
-
 def _owner_is_gone(meta: dict[str, Any]) -> bool:
     owner = meta.get("owner") or {}
     if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
@@ -244,9 +241,3 @@ def _owner_is_gone(meta: dict[str, Any]) -> bool:
 def _append(path: Path, key: str) -> None:
     with open(path, "ab") as fh:
         fh.write(orjson.dumps({"key": key}) + b"\n")
-
-
-def _deadline() -> float:
-    import time
-
-    return time.monotonic() + RETRY_PATIENCE

@@ -8,11 +8,9 @@ import subprocess
 import sys
 import time
 
-import httpx
 import pytest
 
 import openruns
-from openruns.upload import http as sdk_http
 from openruns.upload import pipeline as sdk_pipeline
 
 from ..procs import track
@@ -63,7 +61,8 @@ def test_an_online_run_arrives_whole(server, tmp_path):
 
 
 def test_ten_percent_faults_every_record_exactly_once(server, tmp_path, monkeypatch):
-    monkeypatch.setattr(sdk_http, "DEFAULT_TIMEOUT", httpx.Timeout(1.0, connect=1.0))
+    monkeypatch.setenv("OPENRUNS_REQUEST_TIMEOUT", "1")
+    monkeypatch.setenv("OPENRUNS_CONNECT_TIMEOUT", "1")
     monkeypatch.setattr(sdk_pipeline, "BATCH_BYTES", 8 * 1024)  # many small requests
     proxy = FaultProxy(server.url, rate=0.10, seed=7, hang_seconds=1.5).start()
     try:
@@ -172,11 +171,9 @@ time.sleep(60)
 def test_server_down_at_init_then_sync_uploads_everything_once(
     server_process, tmp_path, monkeypatch
 ):
-    from openruns.backends import server as backend_module
-
     proc = server_process()  # not started: nothing listens on its port yet
-    monkeypatch.setattr(sdk_http, "DEFAULT_TIMEOUT", httpx.Timeout(0.5, connect=0.5))
-    monkeypatch.setattr(backend_module, "CONNECT_PATIENCE", 1.0)
+    monkeypatch.setenv("OPENRUNS_REQUEST_TIMEOUT", "0.5")
+    monkeypatch.setenv("OPENRUNS_CONNECT_TIMEOUT", "1")
     run = openruns.init(kind="eval", name="late", base_url=proc.url, dir=tmp_path / "local")
     for step in range(20):
         run.log_metrics({"m": float(step)}, step=step)
@@ -216,18 +213,18 @@ def test_offline_run_synced_to_a_server(server, tmp_path):
     run.log_episodes([_episode(i, i) for i in range(12)])
     run.fail("RuntimeError: diverged")
     from openruns.sync import sync_run
-    from openruns.upload.http import ApiClient
+    from openruns.upload.wire import WireClient
 
-    client = ApiClient(server.url, None)
+    wire = WireClient(server.url, None)
     try:
-        result = sync_run(client, run.dir)
+        result = sync_run(wire, run.dir)
         assert result.errors == [] and result.records == 42
         doc = get(server.url, f"/runs/{run.id}")
         assert (doc["status"], doc["error"]) == ("failed", "RuntimeError: diverged")
-        again = sync_run(client, run.dir)
+        again = sync_run(wire, run.dir)
         assert (again.frames, again.skipped) == (0, result.frames)
     finally:
-        client.close()
+        wire.close()
 
 
 def test_a_wrong_key_fails_init(server_process, tmp_path):
@@ -239,13 +236,12 @@ def test_a_wrong_key_fails_init(server_process, tmp_path):
 def test_finish_with_the_server_down_does_not_wait_out_the_drain_budget(
     server_process, tmp_path, monkeypatch
 ):
-    from openruns.backends import server as backend_module
     from openruns.sinks import server as sink_module
 
     proc = server_process()  # never started
-    monkeypatch.setattr(sdk_http, "DEFAULT_TIMEOUT", httpx.Timeout(0.5, connect=0.5))
-    monkeypatch.setattr(backend_module, "CONNECT_PATIENCE", 1.0)
-    monkeypatch.setattr(backend_module, "FINISH_PATIENCE", 1.0)
+    monkeypatch.setenv("OPENRUNS_REQUEST_TIMEOUT", "0.5")
+    monkeypatch.setenv("OPENRUNS_CONNECT_TIMEOUT", "1")
+    monkeypatch.setenv("OPENRUNS_RETRY_TIMEOUT", "1")
     monkeypatch.setattr(sink_module, "GIVE_UP_AFTER", 2.0)
     run = openruns.init(kind="train", base_url=proc.url, dir=tmp_path / "local")
     run.log_episodes([_episode(i, 0) for i in range(5)])

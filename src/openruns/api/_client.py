@@ -5,18 +5,16 @@ from __future__ import annotations
 import importlib
 import itertools
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
-from urllib.parse import quote
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from ..errors import ConfigurationError
 from ..settings import Settings
-from ..upload.http import ApiClient, retrying
+from ..upload.wire import WireClient, retrying
 
 __all__ = ["Client"]
 
-# A read that meets 429/503/5xx or a network error is retried for this long.
-RETRY_SECONDS = 30.0
+T = TypeVar("T")
 _RUNS_PAGE = 200
 _EPISODES_PAGE = 500
 
@@ -25,8 +23,8 @@ class Client:
     """
     A read client of one server. `base_url` and `api_key` default like `openruns.init()`:
     argument, then `OPENRUNS_BASE_URL` / `OPENRUNS_API_KEY`, then the config file. Failures raise
-    openruns.errors (NotFoundError, UnauthorizedError, ...). Use as a context manager, or
-    `close()` it.
+    openruns.errors (NotFoundError, UnauthorizedError, ...); a transient failure is retried for
+    the `retry_timeout` setting first. Use as a context manager, or `close()` it.
     """
 
     def __init__(self, base_url: str | None = None, api_key: str | None = None):
@@ -37,10 +35,11 @@ class Client:
                 "(e.g. http://127.0.0.1:8765)"
             )
         self.base_url = settings.base_url
-        self._http = ApiClient(settings.base_url, settings.api_key)
+        self._retry_timeout = settings.retry_timeout
+        self._wire = WireClient.from_settings(settings)
 
     def close(self) -> None:
-        self._http.close()
+        self._wire.close()
 
     def __enter__(self) -> Client:
         return self
@@ -60,11 +59,11 @@ class Client:
         """Runs newest first, filtered (name: substring); at most `limit` when given."""
         params = {"kind": kind, "status": status, "name": name, "tag": tag}
         page_size = min(_RUNS_PAGE, limit) if limit else _RUNS_PAGE
-        pages = self._pages("/runs", params, page_size)
+        pages = self._pages(self._wire.list_runs, params, page_size)
         return itertools.islice(pages, limit) if limit is not None else pages
 
     def run(self, run_id: str) -> dict[str, Any]:
-        return self._get(_run_path(run_id))
+        return self._retried(lambda: self._wire.get_run(run_id))
 
     def metrics(
         self, run_id: str, keys: Sequence[str] | None = None, max_points: int = 0
@@ -79,7 +78,7 @@ class Client:
         params: dict[str, Any] = {"max_points": max_points}
         if keys is not None:
             params["keys"] = ",".join(keys)
-        series = self._get(f"{_run_path(run_id)}/metrics", params)["series"]
+        series = self._retried(lambda: self._wire.metric_series(run_id, params))["series"]
         return [
             {"step": step, "key": key, "value": value}
             for key, s in series.items()
@@ -137,28 +136,24 @@ class Client:
             "env": env,
             "ok": None if ok is None else str(ok).lower(),
         }
-        yield from self._pages(f"{_run_path(run_id)}/episodes", params, _EPISODES_PAGE)
+        list_page = lambda query: self._wire.list_episodes(run_id, query)  # noqa: E731
+        yield from self._pages(list_page, params, _EPISODES_PAGE)
 
     def episode(self, run_id: str, episode_id: str) -> dict[str, Any]:
         """One whole episode or trace, as it was logged."""
-        return self._get(f"{_run_path(run_id)}/episodes/{quote(episode_id, safe='')}")
+        return self._retried(lambda: self._wire.get_episode(run_id, episode_id))
 
-    def _pages(self, path: str, params: dict[str, Any], limit: int) -> Iterator[dict[str, Any]]:
+    def _pages(
+        self, get_page: Callable[[Any], dict[str, Any]], params: dict[str, Any], limit: int
+    ) -> Iterator[dict[str, Any]]:
         query = {k: v for k, v in params.items() if v is not None}
         query["limit"] = limit
         while True:
-            page = self._get(path, query)
+            page = self._retried(lambda: get_page(query))
             yield from page["items"]
             if not page.get("next_cursor"):
                 return
             query["cursor"] = page["next_cursor"]
 
-    def _get(self, path: str, params: dict[str, Any] | None = None) -> Any:
-        return retrying(
-            lambda: self._http.request("GET", path, params=params),
-            deadline=time.monotonic() + RETRY_SECONDS,
-        )
-
-
-def _run_path(run_id: str) -> str:
-    return "/runs/" + quote(run_id, safe="")
+    def _retried(self, call: Callable[[], T]) -> T:
+        return retrying(call, deadline=time.monotonic() + self._retry_timeout)

@@ -22,25 +22,23 @@ from ..settings import Settings
 from ..sinks.server import ServerSink
 from ..spec import RunStatus
 from ..upload import fork
-from ..upload.http import ApiClient, retryable, retrying
 from ..upload.stats import Stats
+from ..upload.wire import Disposition, WireClient, disposition, retrying
 from .offline import OfflineBackend
 
 __all__ = ["ServerBackend"]
 
 logger = logging.getLogger("openruns")
 
-CONNECT_PATIENCE = 10.0  # how long init() tries to reach the server before going on without it
-FINISH_PATIENCE = 15.0
-UPDATE_TIMEOUT = 5.0
-DEFAULT_HEARTBEAT = 30.0
+# Owners heartbeat at a quarter of the server's timeout (it says which in /health), at most this.
+MAX_HEARTBEAT_INTERVAL = 10.0
 
 
 class ServerBackend:
     def __init__(
         self,
         settings: Settings,
-        client: ApiClient,
+        wire: WireClient,
         run_id: str,
         local: OfflineBackend,
         *,
@@ -50,16 +48,15 @@ class ServerBackend:
     ):
         assert settings.base_url
         self.settings = settings
-        self.client = client
+        self.wire = wire
         self.run_id = run_id
         self.local = local
         self.url = f"{settings.base_url}/runs/{run_id}"
         self.token: str | None = None
         self._metadata = metadata  # set while the run still has to be created on the server
         info = server_info or {}
-        self._gzip_only = "zstd" not in info.get("encodings", ["zstd"])
-        timeout = float(info.get("heartbeat_timeout") or 4 * DEFAULT_HEARTBEAT)
-        self._heartbeat_every = min(DEFAULT_HEARTBEAT, timeout / 4)
+        timeout = float(info.get("heartbeat_timeout") or 4 * MAX_HEARTBEAT_INTERVAL)
+        self._heartbeat_every = min(MAX_HEARTBEAT_INTERVAL, timeout / 4)
         self._stop_heartbeat = threading.Event()
         if owner:
             self._start_heartbeat()
@@ -70,16 +67,16 @@ class ServerBackend:
         cls, settings: Settings, run_id: str, run_dir: Path, metadata: dict[str, Any]
     ) -> ServerBackend:
         assert settings.base_url
-        client = ApiClient(settings.base_url, settings.api_key)
-        deadline = time.monotonic() + CONNECT_PATIENCE
+        wire = WireClient.from_settings(settings)
+        deadline = time.monotonic() + settings.connect_timeout
         info: dict[str, Any] | None = None
         created: dict[str, Any] | None = None
         try:
-            info = retrying(lambda: client.request("GET", "/health"), deadline=deadline)
-            created = retrying(lambda: _create(client, run_id, metadata), deadline=deadline)
+            info = retrying(wire.health, deadline=deadline)
+            created = retrying(lambda: _create(wire, run_id, metadata), deadline=deadline)
         except APIError as exc:
-            if not retryable(exc):
-                client.close()
+            if disposition(exc) is not Disposition.RETRY:
+                wire.close()
                 raise
             logger.warning(
                 "openruns: the server at %s did not answer (%s); run %s is opened anyway and "
@@ -92,7 +89,7 @@ class ServerBackend:
         local = OfflineBackend.create(run_dir, {**metadata, "server": settings.base_url})
         backend = cls(
             settings,
-            client,
+            wire,
             run_id,
             local,
             owner=True,
@@ -107,10 +104,9 @@ class ServerBackend:
     @classmethod
     def attach(cls, settings: Settings, run_id: str, run_dir: Path) -> ServerBackend:
         assert settings.base_url
-        client = ApiClient(settings.base_url, settings.api_key)
         return cls(
             settings,
-            client,
+            WireClient.from_settings(settings),
             run_id,
             OfflineBackend.attach(run_dir),
             owner=False,
@@ -120,20 +116,19 @@ class ServerBackend:
 
     def make_sink(self, stats: Stats) -> ServerSink:
         return ServerSink(
-            self.client,
+            self.wire,
             self.run_id,
             self.local.run_dir,
             new_writer_id(),
             stats,
             spool_bytes=self.settings.spool_bytes,
-            gzip_only=self._gzip_only,
             before_first_send=self._ensure_created if self._metadata is not None else None,
         )
 
     def _ensure_created(self) -> None:
         if self._metadata is None:
             return
-        created = _create(self.client, self.run_id, self._metadata)
+        created = _create(self.wire, self.run_id, self._metadata)
         self.token = created.get("token")
         self._metadata = None
 
@@ -141,8 +136,8 @@ class ServerBackend:
         self.local.update(summary)
         if self._metadata is None:
             # One short attempt: flush() is bounded by its caller; finish() sends it again.
-            self.client.request(
-                "PATCH", f"/runs/{self.run_id}", json={"summary": summary}, timeout=UPDATE_TIMEOUT
+            self.wire.patch_run(
+                self.run_id, {"summary": summary}, timeout=self.settings.connect_timeout
             )
 
     def finalize(
@@ -151,11 +146,11 @@ class ServerBackend:
         self._stop_heartbeat.set()
         self.local.finalize(status, error, summary, losses)  # so `openruns sync` can finish it
         body = {"status": status.value, "error": error, "summary": summary, "losses": losses}
-        deadline = time.monotonic() + FINISH_PATIENCE
+        deadline = time.monotonic() + self.settings.retry_timeout
 
         def finish() -> Any:
             self._ensure_created()
-            return self.client.request("POST", f"/runs/{self.run_id}/finish", json=body)
+            return self.wire.finish_run(self.run_id, body)
 
         try:
             retrying(finish, deadline=deadline)
@@ -176,7 +171,7 @@ class ServerBackend:
 
     def close(self) -> None:
         self._stop_heartbeat.set()
-        self.client.close()
+        self.wire.close()
 
     # -- heartbeats ---------------------------------------------------------------------------
 
@@ -189,7 +184,7 @@ class ServerBackend:
             if self._metadata is not None:
                 continue  # not created yet; the first upload that gets through creates it
             try:
-                self.client.request("POST", f"/runs/{self.run_id}/heartbeat")
+                self.wire.heartbeat(self.run_id)
             except APIError as exc:
                 logger.debug("openruns: heartbeat of run %s failed: %s", self.run_id, exc)
 
@@ -197,13 +192,13 @@ class ServerBackend:
         # The child is attached: it never heartbeats for the owner, and gets its own pool.
         self._stop_heartbeat = threading.Event()
         self._stop_heartbeat.set()
-        self.client.drop()
+        self.wire.drop()
 
 
-def _create(client: ApiClient, run_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
+def _create(wire: WireClient, run_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
     body = {k: v for k, v in metadata.items() if v is not None}
     body["id"] = run_id
-    return client.request("POST", "/runs", json=body, headers={"Idempotency-Key": run_id})
+    return wire.create_run(body, key=run_id)
 
 
 def _absolute(base_url: str, url: Any) -> str | None:

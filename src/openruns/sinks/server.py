@@ -22,7 +22,6 @@ spooled too: the spool plus the Idempotency-Key make every outcome safe to repla
 from __future__ import annotations
 
 import collections
-import gzip
 import hashlib
 import logging
 import queue
@@ -35,18 +34,11 @@ from pathlib import Path
 import orjson
 import zstandard
 
-from ..errors import (
-    APIError,
-    BadRequestError,
-    ConflictError,
-    ForbiddenError,
-    NotFoundError,
-    UnauthorizedError,
-)
+from ..errors import APIError
 from ..rundir import SegmentWriter
 from ..upload.encoder import Batch
-from ..upload.http import ApiClient, backoff_delay, retryable, retrying
 from ..upload.stats import Stats
+from ..upload.wire import Disposition, WireClient, backoff_delay, disposition, retrying
 from .local import compress_batch, new_compressor
 
 __all__ = ["ServerSink"]
@@ -59,8 +51,6 @@ SEND_PATIENCE = 5.0
 MAX_PROBE_DELAY = 5.0
 # At close, how long a server that answers nothing is waited for before the rest stays spooled.
 GIVE_UP_AFTER = 30.0
-_STOPPING = (UnauthorizedError, ForbiddenError, NotFoundError)
-_REJECTED = (BadRequestError, ConflictError)
 
 
 @dataclass
@@ -81,14 +71,13 @@ class ServerSink:
 
     def __init__(
         self,
-        client: ApiClient,
+        client: WireClient,
         run_id: str,
         spool_dir: Path,
         writer_id: str,
         stats: Stats,
         *,
         spool_bytes: int,
-        gzip_only: bool = False,
         before_first_send: Callable[[], None] | None = None,
     ):
         self.client = client
@@ -97,7 +86,6 @@ class ServerSink:
         self.writer_id = writer_id
         self.stats = stats
         self.spool_bytes = spool_bytes
-        self.gzip_only = gzip_only
         self._before_first_send = before_first_send
         self._compressors: dict[str, zstandard.ZstdCompressor] = {}
         self._cond = threading.Condition()
@@ -266,13 +254,11 @@ class ServerSink:
                 stop=self._closing,
             )
             outcome = "written"
-        except _REJECTED as exc:
-            self.stats.count_failed(self.name, upload.count, exc, "uploading a batch")
-            outcome = "rejected"
-        except _STOPPING as exc:
-            self._stop(exc)
         except APIError as exc:
-            if not retryable(exc):
+            verdict = disposition(exc)
+            if verdict is Disposition.STOP:
+                self._stop(exc)
+            elif verdict is Disposition.REJECT:
                 self.stats.count_failed(self.name, upload.count, exc, "uploading a batch")
                 outcome = "rejected"
         except Exception as exc:  # a bug of ours: keep the batch, say what happened
@@ -310,23 +296,10 @@ class ServerSink:
             self._cond.notify_all()
 
     def _post(self, upload: _Upload, body: bytes) -> None:
-        headers = {
-            "Idempotency-Key": upload.key,
-            "Content-Type": "application/x-ndjson",
-            "Content-Encoding": "gzip" if self.gzip_only else "zstd",
-        }
-        if upload.stream == "metrics":
-            path = f"/runs/{self.run_id}/metrics"
-        else:
-            path = f"/runs/{self.run_id}/episodes"
-            headers["X-Openruns-Stream"] = upload.stream
-        self.client.request("POST", path, content=body, headers=headers)
+        self.client.upload(self.run_id, upload.stream, [body], key=upload.key)
 
     def _body(self, upload: _Upload) -> bytes:
-        frame = upload.frame if upload.frame is not None else self._read_spooled(upload)
-        if not self.gzip_only:
-            return frame
-        return gzip.compress(zstandard.ZstdDecompressor().decompress(frame), 1, mtime=0)
+        return upload.frame if upload.frame is not None else self._read_spooled(upload)
 
     def _stop(self, exc: APIError) -> None:
         with self._cond:

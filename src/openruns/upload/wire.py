@@ -1,0 +1,332 @@
+"""
+The SDK's one client of the openruns v1 API: every call the SDK makes is written here once, and
+used by the online backend, the server sink, `openruns sync` and `openruns.api`.
+
+    wire = WireClient.from_settings(settings)
+    run = wire.create_run({"id": run_id, "kind": "train"}, key=run_id)
+    wire.upload(run_id, "episodes", batch.parts, key=batch.key)
+    retrying(lambda: wire.get_run(run_id), deadline=time.monotonic() + 30)
+
+What a failure means is decided in one place, `disposition(exc)`: RETRY (the same request may
+succeed later: 429, 500, 502, 503, 504, 408, no answer), REJECT (this request is wrong and a
+replay cannot help: 400, 409, 413, 415, 422, other 4xx), or STOP (this client may not go on:
+401, 403, 404). `retrying` retries what is RETRY with jittered exponential backoff, honouring
+Retry-After (seconds or an HTTP date, at most 60 s), within a deadline. Every upload carries an
+Idempotency-Key, so replaying one whose answer was lost can never store it twice.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import enum
+import platform
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+import orjson
+
+from ..errors import (
+    APIError,
+    APITimeoutError,
+    ForbiddenError,
+    NotFoundError,
+    RetryableAPIError,
+    TransportError,
+    UnauthorizedError,
+    error_for_status,
+)
+
+__all__ = [
+    "BATCH_CONTENT_TYPE",
+    "Disposition",
+    "WireClient",
+    "backoff_delay",
+    "disposition",
+    "retrying",
+]
+
+T = TypeVar("T")
+MAX_RETRY_AFTER = 60.0
+MAX_BACKOFF = 30.0
+# An upload body in the run-directory batch format (rundir.py): a skippable zstd frame holding
+# the batch header (its index rows among them), then the batch's zstd frames. Servers that do
+# not know the type read it as zstd-encoded NDJSON (the header frame is skipped by zstd).
+BATCH_CONTENT_TYPE = "application/vnd.openruns.batch+zstd"
+_ABANDONED: list[httpx.Client] = []
+
+
+class Disposition(enum.Enum):
+    RETRY = "retry"  # the same request may succeed later
+    REJECT = "reject"  # the request itself is wrong; replaying it cannot help
+    STOP = "stop"  # this client may not go on (credentials, or no such run)
+
+
+def disposition(exc: BaseException) -> Disposition:
+    """What a failed call means for its caller (see the module docstring)."""
+    if isinstance(exc, (RetryableAPIError, TransportError)):
+        return Disposition.RETRY
+    if isinstance(exc, (UnauthorizedError, ForbiddenError, NotFoundError)):
+        return Disposition.STOP
+    if isinstance(exc, APIError) and exc.status_code in (408, 500):
+        return Disposition.RETRY
+    return Disposition.REJECT
+
+
+class WireClient:
+    """
+    Requests to `<base_url>/api/v1`. Thread-safe (httpx.Client is); one per run and process:
+    after fork the child calls `drop()` and gets a new pool without closing the parent's
+    connections. Every method makes one attempt and raises an openruns APIError on failure.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        request_timeout: float = 60.0,
+        connect_timeout: float = 10.0,
+        max_connections: int = 16,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.request_timeout = request_timeout
+        self.connect_timeout = connect_timeout
+        self._max_connections = max_connections
+        self._client = self._new_client()
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> WireClient:
+        assert settings.base_url
+        return cls(
+            settings.base_url,
+            settings.api_key,
+            request_timeout=settings.request_timeout,
+            connect_timeout=settings.connect_timeout,
+        )
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def health(self, *, timeout: float | None = None) -> dict[str, Any]:
+        return self._call("GET", "/health", timeout=timeout)
+
+    def create_run(self, body: Mapping[str, Any], *, key: str) -> dict[str, Any]:
+        """Create a run, or get the one an earlier call with this key (or body id) made."""
+        return self._call("POST", "/runs", json=body, headers={"Idempotency-Key": key})
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        return self._call("GET", _run(run_id))
+
+    def list_runs(self, query: Mapping[str, Any]) -> dict[str, Any]:
+        return self._call("GET", "/runs", params=query)
+
+    def patch_run(
+        self, run_id: str, changes: Mapping[str, Any], *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        return self._call("PATCH", _run(run_id), json=changes, timeout=timeout)
+
+    def finish_run(
+        self, run_id: str, body: Mapping[str, Any], *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        return self._call("POST", f"{_run(run_id)}/finish", json=body, timeout=timeout)
+
+    def heartbeat(self, run_id: str, *, timeout: float | None = None) -> dict[str, Any]:
+        return self._call("POST", f"{_run(run_id)}/heartbeat", timeout=timeout)
+
+    # -- bulk uploads -------------------------------------------------------------------------
+
+    def upload(
+        self,
+        run_id: str,
+        stream: str,
+        parts: Sequence[bytes],
+        *,
+        key: str,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """
+        One batch (rundir's batch format: header frame, then zstd frames) to its stream. The
+        parts are sent one after another, never joined: a multi-MB copy would hold the GIL.
+        """
+        headers = {
+            "Idempotency-Key": key,
+            "Content-Type": BATCH_CONTENT_TYPE,
+            "Content-Encoding": "zstd",
+            "Content-Length": str(sum(len(p) for p in parts)),
+        }
+        if stream == "metrics":
+            path = f"{_run(run_id)}/metrics"
+        else:
+            path = f"{_run(run_id)}/episodes"
+            headers["X-Openruns-Stream"] = stream
+        return self._call("POST", path, content=_chunks(parts), headers=headers, timeout=timeout)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def metric_series(self, run_id: str, query: Mapping[str, Any]) -> dict[str, Any]:
+        return self._call("GET", f"{_run(run_id)}/metrics", params=query)
+
+    def list_episodes(self, run_id: str, query: Mapping[str, Any]) -> dict[str, Any]:
+        return self._call("GET", f"{_run(run_id)}/episodes", params=query)
+
+    def get_episode(self, run_id: str, episode_id: str) -> dict[str, Any]:
+        return self._call("GET", f"{_run(run_id)}/episodes/{quote(episode_id, safe='')}")
+
+    # -- connections --------------------------------------------------------------------------
+
+    def drop(self) -> None:
+        """After fork: a fresh pool; the parent's sockets are dropped, never closed."""
+        # Kept referenced: garbage collection would close the inherited sockets from the child.
+        _ABANDONED.append(self._client)
+        self._client = self._new_client()
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _new_client(self) -> httpx.Client:
+        headers = {"User-Agent": f"openruns/{_version()} python/{platform.python_version()}"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return httpx.Client(
+            base_url=self.base_url + "/api/v1",
+            headers=headers,
+            timeout=self._timeout(None),
+            limits=httpx.Limits(
+                max_connections=self._max_connections,
+                max_keepalive_connections=self._max_connections,
+            ),
+        )
+
+    def _timeout(self, seconds: float | None) -> httpx.Timeout:
+        total = self.request_timeout if seconds is None else seconds
+        return httpx.Timeout(total, connect=min(total, self.connect_timeout))
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        content: Any = None,
+        headers: Mapping[str, str] | None = None,
+        params: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        sent_headers = dict(headers or {})
+        if json is not None:
+            content = orjson.dumps(json)
+            sent_headers["Content-Type"] = "application/json"
+        query = None if params is None else {k: v for k, v in params.items() if v is not None}
+        try:
+            response = self._client.request(
+                method,
+                path,
+                content=content,
+                headers=sent_headers,
+                params=query,
+                timeout=self._timeout(timeout),
+            )
+        except httpx.TimeoutException as exc:
+            raise APITimeoutError(f"{method} {path}: timed out ({type(exc).__name__})") from exc
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 400:
+            raise _error_from(response, method, path)
+        if not response.content:
+            return {}
+        try:
+            return orjson.loads(response.content)
+        except orjson.JSONDecodeError as exc:
+            raise APIError(
+                f"{method} {path}: the server answered {response.status_code} with non-JSON",
+                response.status_code,
+            ) from exc
+
+
+def retrying(
+    call: Callable[[], T],
+    *,
+    deadline: float,
+    stop: threading.Event | None = None,
+) -> T:
+    """
+    Call until it succeeds, fails for good (anything `disposition` does not call RETRY), or the
+    next wait would pass `deadline` (time.monotonic()); waits end early when `stop` is set. The
+    last error is raised.
+    """
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except APIError as exc:
+            if disposition(exc) is not Disposition.RETRY:
+                raise
+            delay = backoff_delay(attempt, exc)
+            if time.monotonic() + delay > deadline:
+                raise
+            if stop is not None:
+                if stop.wait(delay):
+                    raise
+            else:
+                time.sleep(delay)
+            attempt += 1
+
+
+def backoff_delay(attempt: int, error: BaseException | None = None) -> float:
+    """Seconds before retry `attempt` (0-based): Retry-After, else 0.5·2^n ±20 %, at most 30."""
+    if isinstance(error, RetryableAPIError) and error.retry_after is not None:
+        return error.retry_after
+    return min(MAX_BACKOFF, 0.5 * 2**attempt) * random.uniform(0.8, 1.2)
+
+
+def _chunks(parts: Sequence[bytes]) -> Iterator[bytes]:
+    yield from parts
+
+
+def _run(run_id: str) -> str:
+    return "/runs/" + quote(run_id, safe="")
+
+
+def _error_from(response: httpx.Response, method: str, path: str) -> APIError:
+    code, message = None, response.text[:500] or response.reason_phrase
+    try:
+        body = orjson.loads(response.content)
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict):
+            code, message = error.get("code"), error.get("message", message)
+        elif isinstance(body, dict) and "detail" in body:
+            message = str(body["detail"])
+    except orjson.JSONDecodeError:
+        pass
+    retry_after = _retry_after(response.headers.get("Retry-After"))
+    return error_for_status(
+        response.status_code,
+        f"{method} {path}: HTTP {response.status_code}: {message}",
+        code,
+        retry_after,
+    )
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - time.time()
+    return min(MAX_RETRY_AFTER, max(0.0, seconds))
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
