@@ -25,6 +25,8 @@ __all__ = [
     "flatten_metrics",
     "index_fields",
     "is_episode",
+    "nonfinite_paths",
+    "record_kind",
     "record_step",
     "stamp_run",
     "to_mapping",
@@ -81,7 +83,8 @@ def stamp_run(record: Mapping[str, Any], run_id: str, run_type: str) -> dict[str
 
 def index_fields(record: Mapping[str, Any], fallback_step: int | None) -> dict[str, Any]:
     """
-    The index row of an episode or trace: id, step, reward, env, ok, tokens, duration.
+    The index row of an episode or trace: id, step, reward, env, ok, tokens, duration (its
+    kind is `record_kind`).
 
     step: `run.work.step` (the step the episode was dispatched at), else a top-level `step`,
     else `fallback_step` (the run's step when the record was logged). reward: the record's own
@@ -233,6 +236,50 @@ def record_step(record: Mapping[str, Any], fallback: int | None) -> int | None:
     if _is_int(record.get("step")):
         return record["step"]
     return fallback
+
+
+def record_kind(record: Mapping[str, Any], fallback: str | None) -> str | None:
+    """`run.work.type` when it is "train" or "eval" (what the work was for), else `fallback`."""
+    run = record.get("run")
+    work = run.get("work") if isinstance(run, Mapping) else None
+    kind = work.get("type") if isinstance(work, Mapping) else None
+    return kind if kind in RECORD_KINDS else fallback
+
+
+RECORD_KINDS = ("train", "eval")
+# Lists longer than this are bulk data (token ids, logprobs, messages): not walked for NaN.
+_SCAN_LIST_ITEMS = 64
+
+
+def nonfinite_paths(record: Mapping[str, Any]) -> list[str]:
+    """
+    Paths (`reward`, `traces[].metrics/loss`) of NaN and infinite numbers in a record's own
+    fields and its traces', which JSON cannot hold (they are stored as null). Bulk arrays (lists
+    longer than 64 items, a trace's nodes) are not walked: a per-number pass over multi-MB
+    rollouts would cost a large share of their encoding.
+    """
+    found: list[str] = []
+    _scan(record, "", found, 0)
+    return found
+
+
+def _scan(value: Any, path: str, found: list[str], depth: int) -> None:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            found.append(path or "(value)")
+    elif isinstance(value, Mapping):
+        if depth > 16:
+            return
+        for key, item in value.items():
+            where = f"{path}/{key}" if path else str(key)
+            if key == "traces" and isinstance(item, list):  # every trace, however many
+                for trace in item:
+                    _scan(trace, where + "[]", found, depth + 1)
+            elif key != "nodes":
+                _scan(item, where, found, depth + 1)
+    elif isinstance(value, (list, tuple)) and len(value) <= _SCAN_LIST_ITEMS and depth <= 16:
+        for item in value:
+            _scan(item, f"{path}[]", found, depth + 1)
 
 
 def _env_name(env: Any) -> str | None:

@@ -157,6 +157,12 @@ class Run:
         return dict(self._pipeline.stats.failed) if self._pipeline else {}
 
     @property
+    def spooled_records(self) -> int:
+        """Records of this process left in the local spool, not delivered to the server:
+        `openruns sync <run.dir>` delivers them."""
+        return self._pipeline.stats.spooled if self._pipeline else 0
+
+    @property
     def errors(self) -> list[str]:
         return list(self._pipeline.stats.errors) if self._pipeline else []
 
@@ -268,6 +274,7 @@ class Run:
 
     def _teardown(self, timeout: float) -> None:
         owner = self.owns_lifecycle
+        deadline = time.monotonic() + timeout
         drained = True
         if self._pipeline is not None:
             drained = self._pipeline.close(timeout)
@@ -279,18 +286,29 @@ class Run:
                 ),
             )
         if owner:
-            losses = {
-                "dropped_records": self.dropped_records,
-                "failed_records": self.failed_records,
-            }
+            losses = self._losses()
             self._contain(
                 "finalizing the run",
-                lambda: self._backend.finalize(self._status, self._error, self.summary, losses),
+                lambda: self._backend.finalize(
+                    self._status, self._error, self.summary, losses, deadline
+                ),
             )
             unexport_run(self._id)
         self._contain("closing the connection", self._backend.close)
         exits.closed(self)
         self._report_losses(drained)
+
+    def _losses(self) -> dict[str, Any]:
+        losses: dict[str, Any] = {
+            "dropped_records": self.dropped_records,
+            "failed_records": self.failed_records,
+        }
+        if self._pipeline is not None:
+            if self._pipeline.stats.spooled:
+                losses["spooled_records"] = self._pipeline.stats.spooled
+            if self._pipeline.stats.converted:
+                losses["converted_values"] = dict(self._pipeline.stats.converted)
+        return losses
 
     def _report_losses(self, drained: bool) -> None:
         if self.dropped_records or self.failed_records:

@@ -1,20 +1,35 @@
 """
-The on-disk run format: offline runs, upload spools and `openruns sync` all use it.
+The on-disk run format: offline runs, upload spools and `openruns sync` all use it, and one
+batch on disk is, byte for byte, the body of its upload.
 
     <run dir>/
       run.json                               run metadata and status (written by the owner only)
       writers/<writer>.json                  one per writing process: pid, counts, losses
       <stream>/<writer>-<seq>.ndjson.zst     sealed segment (stream: metrics, episodes, traces)
       <stream>/<writer>-<seq>.ndjson.zst.open  the segment a live writer is appending to
-      <stream>/<writer>.index.ndjson         episodes/traces: one index row per record
+      <stream>/acked.ndjson                  spools: {"key"} of each batch the server acknowledged
+      <stream>/rejected.ndjson               {"key"} of each batch the server refused (sync)
 
-A segment is a sequence of zstd frames. One frame holds one batch of NDJSON lines, and a batch is
-also the unit of upload (its Idempotency-Key is the SHA-256 of the frame's content), so a batch
-replayed from disk can never be stored twice. Frames are appended with one write each and carry
-a checksum, so a writer killed mid-frame leaves a readable segment whose torn tail is ignored.
-A segment is sealed by fsync and an atomic rename; `zstd -dc <segment> | jq` reads either kind.
-Each process writes its own segments (its writer id is new after fork), so writers never share a
-file. Index rows point at (segment, frame offset, offset and length inside the frame).
+A segment is a sequence of batches, each appended with one write. A batch is the unit of upload:
+
+    skippable zstd frame (magic 0x184D2A5B): the batch header, JSON:
+        {"v": 1, "key": <Idempotency-Key>, "stream": ..., "records": n,
+         "frames": [[compressed length, content size], ...],
+         "rows": [{"id", "step", "kind", "env", "reward", "ok", "tokens", "duration",
+                   "frame", "offset", "length"}, ...]}       (episodes and traces only)
+    zstd frames of NDJSON lines (content size and checksum in each frame)
+
+Frames hold about FRAME_BYTES of lines and end where a record ends, unless one record is bigger
+(it then starts a frame and spans several). An index row locates its record by the frame it
+starts in, and the line's offset and length in the decompressed frames from there, so one
+record is read by decompressing its own frames. `zstd -dc <segment> | jq` reads any segment
+(zstd skips the header frames). A writer killed mid-batch leaves a readable segment whose torn
+tail is ignored. Sealing is fsync and an atomic rename; each process writes its own segments
+(its writer id is new after fork), so writers never share a segment.
+
+The spool of an online run is its run directory (`Spool`): batches the server did not take in
+time are appended to segments, acknowledged ones are listed in acked.ndjson, and a segment is
+deleted once every batch in it is acknowledged.
 """
 
 from __future__ import annotations
@@ -23,8 +38,10 @@ import hashlib
 import io
 import os
 import secrets
-from collections.abc import Iterator
-from dataclasses import dataclass
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -32,16 +49,28 @@ import orjson
 import zstandard
 
 __all__ = [
+    "BATCH_CONTENT_TYPE",
+    "FRAME_BYTES",
     "SEALED_SUFFIX",
     "STREAMS",
-    "Frame",
+    "Batch",
+    "BatchFormatError",
     "SegmentWriter",
+    "Spool",
+    "SpoolRef",
+    "StoredBatch",
     "batch_key",
+    "check_frames",
+    "acked_keys",
+    "batch_lines",
     "frame_length",
     "fsync_dir",
-    "iter_frames",
+    "header_frame",
+    "iter_batches",
     "iter_stream",
     "new_writer_id",
+    "parse_header",
+    "read_batch",
     "read_index",
     "read_json",
     "read_record",
@@ -52,9 +81,17 @@ __all__ = [
 STREAMS = ("metrics", "episodes", "traces")
 SEALED_SUFFIX = ".ndjson.zst"
 OPEN_SUFFIX = SEALED_SUFFIX + ".open"
-# A segment is sealed once it holds this many compressed bytes; big enough that a long run has
-# few files, small enough that a crashed writer's open segment is quick to recover.
+# A segment is sealed once it holds this many bytes; big enough that a long run has few files,
+# small enough that a crashed writer's open segment is quick to recover.
 SEGMENT_ROLL_BYTES = 64 * 1024 * 1024
+# Input bytes per zstd frame: reading one record decompresses about this much (or the record).
+FRAME_BYTES = 1024 * 1024
+HEADER_MAGIC = 0x184D2A5B  # a zstd skippable frame (RFC 8878 §3.1.2)
+# The Content-Type of an upload whose body is one batch. A server that does not know it reads
+# the body as zstd-encoded NDJSON (zstd skips the header frame), so old servers still work.
+BATCH_CONTENT_TYPE = "application/vnd.openruns.batch+zstd"
+MAX_HEADER_BYTES = 64 * 1024 * 1024
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def new_writer_id() -> str:
@@ -62,26 +99,167 @@ def new_writer_id() -> str:
 
 
 def batch_key(data: bytes) -> str:
-    """The Idempotency-Key of a batch: `sha256:<hex>` of its uncompressed bytes."""
+    """`sha256:<hex>` of an upload body's NDJSON: the key the server gives a keyless upload."""
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+class BatchFormatError(ValueError):
+    """A batch header or its frames are not what the format says (the message says how)."""
+
+
+# -- batches ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Batch:
+    """One encoded batch in memory: `parts` are the header frame and the data frames."""
+
+    stream: str
+    key: str
+    records: int
+    parts: list[bytes]
+    nbytes: int = 0
+
+    def __post_init__(self) -> None:
+        self.nbytes = sum(len(p) for p in self.parts)
+
+
+def header_frame(header: dict[str, Any]) -> bytes:
+    data = orjson.dumps(header)
+    return struct.pack("<II", HEADER_MAGIC, len(data)) + data
+
+
+def parse_header(buf: bytes | memoryview) -> tuple[dict[str, Any], int]:
+    """(header, bytes it took) from a batch's start; BatchFormatError when there is none."""
+    if len(buf) < 8:
+        raise BatchFormatError("the body is too short to start with a batch header")
+    magic, size = struct.unpack_from("<II", buf)
+    if magic != HEADER_MAGIC:
+        raise BatchFormatError("the body does not start with a batch header frame")
+    if size > MAX_HEADER_BYTES or 8 + size > len(buf):
+        raise BatchFormatError(f"the batch header's size ({size} bytes) is out of bounds")
+    try:
+        header = orjson.loads(buf[8 : 8 + size])
+    except orjson.JSONDecodeError as exc:
+        raise BatchFormatError(f"the batch header is not JSON: {exc}") from exc
+    if not isinstance(header, dict) or header.get("v") != 1:
+        raise BatchFormatError("the batch header is not a version-1 header object")
+    return header, 8 + size
+
+
+def check_frames(data: bytes | memoryview, frames: Any) -> list[tuple[int, int]]:
+    """
+    Check, without decompressing, that `data` is exactly the zstd frames the header lists
+    (`[[compressed length, content size], ...]`): each a zstd frame of that length, carrying its
+    content size and a checksum. Returns the list as tuples; BatchFormatError names the frame.
+    """
+    if not isinstance(frames, list):
+        raise BatchFormatError("frames must be a list of [length, size]")
+    out: list[tuple[int, int]] = []
+    offset = 0
+    view = memoryview(data)
+    for i, item in enumerate(frames):
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or not all(type(v) is int and v >= 0 for v in item)
+        ):
+            raise BatchFormatError(f"frame {i}: expected [length, size] as integers")
+        length, size = item
+        end = offset + length
+        if end > len(view):
+            raise BatchFormatError(f"frame {i}: its {length} bytes pass the end of the body")
+        try:
+            params = zstandard.get_frame_parameters(bytes(view[offset : offset + 18]))
+        except zstandard.ZstdError as exc:
+            raise BatchFormatError(f"frame {i}: not a zstd frame ({exc})") from exc
+        if params.content_size != size or not params.has_checksum:
+            raise BatchFormatError(
+                f"frame {i}: its header must carry its content size ({size}) and a checksum"
+            )
+        if _walk_frame(lambda p, n: bytes(view[p : p + n]), offset, end) != length:
+            raise BatchFormatError(f"frame {i}: the zstd frame is not {length} bytes long")
+        out.append((length, size))
+        offset = end
+    if offset != len(view):
+        raise BatchFormatError(f"{len(view) - offset} bytes follow the last frame")
+    return out
+
+
 @dataclass(frozen=True)
-class Frame:
+class StoredBatch:
+    """A batch in a segment: its header and where its bytes (header included) are."""
+
     segment: str
     offset: int
-    compressed: bytes
-    data: bytes
+    length: int
+    header: dict[str, Any]
+    header_length: int
 
     @property
     def key(self) -> str:
-        return batch_key(self.data)
+        return str(self.header.get("key"))
+
+    @property
+    def records(self) -> int:
+        return int(self.header.get("records") or 0)
+
+
+def iter_batches(path: Path) -> Iterator[StoredBatch]:
+    """The complete batches of a segment; a torn or unreadable tail ends the iteration."""
+    name = path.name.removesuffix(".open")
+    size = path.stat().st_size
+    offset = 0
+    with path.open("rb") as fh:
+        while offset < size:
+            fh.seek(offset)
+            head = fh.read(8)
+            if len(head) < 8:
+                return
+            magic, header_size = struct.unpack("<II", head)
+            if magic != HEADER_MAGIC or header_size > MAX_HEADER_BYTES:
+                return
+            try:
+                header, header_length = parse_header(head + fh.read(header_size))
+                length = header_length + sum(int(f[0]) for f in header["frames"])
+            except (BatchFormatError, KeyError, TypeError, ValueError, IndexError):
+                return
+            if offset + length > size:
+                return
+            yield StoredBatch(name, offset, length, header, header_length)
+            offset += length
+
+
+def read_batch(stream_dir: Path, batch: StoredBatch | SpoolRef) -> bytes:
+    """A stored batch's bytes (header frame and data frames): the body of its upload."""
+    for name in (batch.segment + ".open", batch.segment):
+        try:
+            with open(stream_dir / name, "rb") as fh:
+                fh.seek(batch.offset)
+                data = fh.read(batch.length)
+        except FileNotFoundError:
+            continue
+        if len(data) == batch.length:
+            return data
+    raise FileNotFoundError(f"segment {batch.segment} in {stream_dir} no longer holds the batch")
+
+
+def batch_lines(data: bytes, header_length: int) -> bytes:
+    """The NDJSON of a batch's bytes (its data frames, decompressed)."""
+    reader = zstandard.ZstdDecompressor().stream_reader(
+        io.BytesIO(data[header_length:]), read_across_frames=True
+    )
+    return reader.read()
+
+
+# -- writing segments -------------------------------------------------------------------------
 
 
 class SegmentWriter:
     """
-    Appends frames to one stream's segments for one writer. Not thread-safe: one thread writes.
-    Uses raw file descriptors, so no buffer can be flushed twice after fork.
+    Appends batches to one stream's segments for one writer. Not thread-safe: one thread writes.
+    Uses raw file descriptors (os.writev, never a userspace buffer), so nothing can be flushed
+    twice after fork.
     """
 
     def __init__(self, stream_dir: Path, writer_id: str, roll_bytes: int = SEGMENT_ROLL_BYTES):
@@ -92,34 +270,27 @@ class SegmentWriter:
         self._fd: int | None = None
         self._name = ""
         self._size = 0
-        self._index_fd: int | None = None
 
-    def append(self, frame: bytes) -> tuple[str, int]:
-        """Write one frame; returns (segment name, frame offset)."""
+    @property
+    def open_segment(self) -> str | None:
+        return self._name if self._fd is not None else None
+
+    def append(self, parts: list[bytes]) -> tuple[str, int]:
+        """Write one batch in one write; returns (segment name, offset). May seal the segment."""
         if self._fd is None:
             self._open_next()
         assert self._fd is not None
         offset = self._size
-        _write_all(self._fd, frame)
-        self._size += len(frame)
+        self._size += _write_all(self._fd, parts)
         name = self._name
         if self._size >= self.roll_bytes:
             self.seal()
         return name, offset
 
-    def append_index(self, rows: list[dict[str, Any]]) -> None:
-        if not rows:
-            return
-        if self._index_fd is None:
-            path = self.stream_dir / f"{self.writer_id}.index.ndjson"
-            self._index_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        _write_all(self._index_fd, b"".join(orjson.dumps(r) + b"\n" for r in rows))
-
     def sync(self) -> None:
         """Make everything appended so far durable."""
-        for fd in (self._fd, self._index_fd):
-            if fd is not None:
-                os.fsync(fd)
+        if self._fd is not None:
+            os.fsync(self._fd)
 
     def seal(self) -> None:
         """Seal the open segment: fsync, close, rename to its final name."""
@@ -128,21 +299,14 @@ class SegmentWriter:
         os.fsync(self._fd)
         os.close(self._fd)
         self._fd = None
-        final = self.stream_dir / self._name
-        os.rename(self.stream_dir / (self._name + ".open"), final)
+        os.rename(self.stream_dir / (self._name + ".open"), self.stream_dir / self._name)
         fsync_dir(self.stream_dir)
 
-    def close(self) -> None:
-        self.seal()
-        if self._index_fd is not None:
-            os.fsync(self._index_fd)
-            os.close(self._index_fd)
-            self._index_fd = None
+    close = seal
 
     def drop(self) -> None:
-        """Forget inherited descriptors without closing or flushing them (after fork)."""
+        """Forget an inherited descriptor without closing or flushing it (after fork)."""
         self._fd = None
-        self._index_fd = None
 
     def _open_next(self) -> None:
         self.stream_dir.mkdir(parents=True, exist_ok=True)
@@ -151,6 +315,135 @@ class SegmentWriter:
         path = self.stream_dir / (self._name + ".open")
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         self._size = 0
+
+
+# -- the spool --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpoolRef:
+    stream: str
+    segment: str
+    offset: int
+    length: int
+
+
+@dataclass
+class _SegmentState:
+    bytes: int = 0
+    unacked: int = 0
+    sealed: bool = False
+
+
+@dataclass
+class Spool:
+    """
+    The batches of one writing process that its server has not acknowledged yet, kept in the
+    run directory of an online run. `put` appends a batch (None when it would pass `max_bytes`
+    of disk: the caller counts the loss); `ack` records that the server has it, and deletes a
+    sealed segment once all its batches are acknowledged; `close` seals what is open and deletes
+    what is fully acknowledged. Thread-safe. `openruns sync` uploads what is left.
+    """
+
+    run_dir: Path
+    writer_id: str
+    max_bytes: int
+    roll_bytes: int = SEGMENT_ROLL_BYTES
+    bytes_used: int = 0
+    _writers: dict[str, SegmentWriter] = field(default_factory=dict)
+    _segments: dict[tuple[str, str], _SegmentState] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def put(self, batch: Batch) -> SpoolRef | None:
+        with self._lock:
+            if self.bytes_used + batch.nbytes > self.max_bytes:
+                return None
+            writer = self._writers.get(batch.stream)
+            if writer is None:
+                writer = SegmentWriter(self.run_dir / batch.stream, self.writer_id, self.roll_bytes)
+                self._writers[batch.stream] = writer
+            segment, offset = writer.append(batch.parts)
+            state = self._segments.setdefault((batch.stream, segment), _SegmentState())
+            state.bytes += batch.nbytes
+            state.unacked += 1
+            self.bytes_used += batch.nbytes
+            if writer.open_segment != segment:
+                self._sealed(batch.stream, segment)
+            return SpoolRef(batch.stream, segment, offset, batch.nbytes)
+
+    def read(self, ref: SpoolRef) -> bytes:
+        return read_batch(self.run_dir / ref.stream, ref)
+
+    def ack(self, ref: SpoolRef, key: str) -> None:
+        """The server has the batch (or refused it for good): `openruns sync` skips it."""
+        line = orjson.dumps({"key": key}) + b"\n"
+        with self._lock:
+            with open(self.run_dir / ref.stream / "acked.ndjson", "ab") as fh:
+                fh.write(line)
+            state = self._segments.get((ref.stream, ref.segment))
+            if state is not None:
+                state.unacked -= 1
+                self._delete_if_done(ref.stream, ref.segment)
+
+    def sync(self, streams: tuple[str, ...]) -> None:
+        with self._lock:
+            for stream in streams:
+                if stream in self._writers:
+                    self._writers[stream].sync()
+
+    def close(self, streams: tuple[str, ...]) -> None:
+        with self._lock:
+            for stream in streams:
+                writer = self._writers.pop(stream, None)
+                if writer is None:
+                    continue
+                segment = writer.open_segment
+                writer.close()
+                if segment is not None:
+                    self._sealed(stream, segment)
+                _forget_acks_if_empty(self.run_dir / stream)
+
+    def drop(self) -> None:
+        with self._lock:
+            for writer in self._writers.values():
+                writer.drop()
+            self._writers = {}
+
+    def _sealed(self, stream: str, segment: str) -> None:
+        state = self._segments.get((stream, segment))
+        if state is not None:
+            state.sealed = True
+            self._delete_if_done(stream, segment)
+
+    def _delete_if_done(self, stream: str, segment: str) -> None:
+        state = self._segments[(stream, segment)]
+        if state.sealed and state.unacked <= 0:
+            (self.run_dir / stream / segment).unlink(missing_ok=True)
+            self.bytes_used -= state.bytes
+            del self._segments[(stream, segment)]
+
+
+def _forget_acks_if_empty(stream_dir: Path) -> None:
+    """With no segment left (of any writer), the acknowledgements refer to nothing."""
+    if not segment_paths(stream_dir):
+        (stream_dir / "acked.ndjson").unlink(missing_ok=True)
+
+
+def acked_keys(stream_dir: Path) -> set[str]:
+    """Keys of the batches the server acknowledged or refused for good."""
+    keys: set[str] = set()
+    for name in ("acked.ndjson", "rejected.ndjson"):
+        path = stream_dir / name
+        if path.exists():
+            for line in path.read_bytes().splitlines():
+                try:
+                    keys.add(orjson.loads(line)["key"])
+                except (orjson.JSONDecodeError, KeyError, TypeError):
+                    continue  # a torn last line
+    return keys
+
+
+# -- reading ----------------------------------------------------------------------------------
 
 
 def segment_paths(stream_dir: Path) -> list[Path]:
@@ -165,55 +458,67 @@ def segment_paths(stream_dir: Path) -> list[Path]:
     return sorted(paths, key=lambda p: p.name.removesuffix(".open"))
 
 
-def iter_frames(path: Path) -> Iterator[Frame]:
-    """The complete frames of a segment; a torn or corrupt tail ends the iteration."""
-    raw = path.read_bytes()
-    name = path.name.removesuffix(".open")
-    offset = 0
-    while offset < len(raw):
-        frame = _frame_at(raw, offset, name)
-        if frame is None:
-            return
-        yield frame
-        offset += len(frame.compressed)
-
-
 def iter_stream(run_dir: Path, stream: str) -> Iterator[dict[str, Any]]:
     """Every record of a stream (all writers), decoded."""
     for path in segment_paths(run_dir / stream):
-        for frame in iter_frames(path):
-            for line in frame.data.splitlines():
+        for batch in iter_batches(path):
+            data = read_batch(run_dir / stream, batch)
+            for line in batch_lines(data, batch.header_length).splitlines():
                 if line:
                     yield orjson.loads(line)
 
 
 def read_index(run_dir: Path, stream: str) -> list[dict[str, Any]]:
+    """
+    The index rows of an episodes or traces stream, each with where its record is: `segment`,
+    `frame_offset` and `frame_length` (its frames' bytes in the segment), `offset` and `length`
+    (its line in those frames, decompressed).
+    """
     rows: list[dict[str, Any]] = []
-    stream_dir = run_dir / stream
-    if not stream_dir.is_dir():
-        return rows
-    for path in sorted(stream_dir.glob("*.index.ndjson")):
-        for line in path.read_bytes().splitlines():
-            try:
-                rows.append(orjson.loads(line))
-            except orjson.JSONDecodeError:
-                break  # a torn last line of a killed writer
+    for path in segment_paths(run_dir / stream):
+        for batch in iter_batches(path):
+            starts, sizes, lengths = _frame_starts(batch)
+            for row in batch.header.get("rows") or []:
+                frame = row["frame"]
+                last = _last_frame(sizes, frame, row["offset"] + row["length"])
+                location = {
+                    "segment": batch.segment,
+                    "frame_offset": starts[frame],
+                    "frame_length": starts[last] + lengths[last] - starts[frame],
+                }
+                rows.append({**row, **location})
     return rows
 
 
 def read_record(run_dir: Path, stream: str, row: dict[str, Any]) -> dict[str, Any] | None:
-    """The record an index row points at, or None when its frame is not on disk."""
-    stream_dir = run_dir / stream
-    for candidate in (row["segment"], row["segment"] + ".open"):
-        path = stream_dir / candidate
-        if path.exists():
-            with path.open("rb") as fh:
-                fh.seek(row["frame"])
-                frame = _frame_at(fh.read(), 0, row["segment"])
-            if frame is None:
-                return None
-            return orjson.loads(frame.data[row["offset"] : row["offset"] + row["length"]])
-    return None
+    """The record an index row points at, or None when its frames are not on disk."""
+    ref = SpoolRef(stream, row["segment"], row["frame_offset"], row["frame_length"])
+    try:
+        frames = read_batch(run_dir / stream, ref)
+    except FileNotFoundError:
+        return None
+    data = batch_lines(frames, 0)
+    return orjson.loads(data[row["offset"] : row["offset"] + row["length"]])
+
+
+def _frame_starts(batch: StoredBatch) -> tuple[list[int], list[int], list[int]]:
+    starts, sizes, lengths = [], [], []
+    position = batch.offset + batch.header_length
+    for length, size in batch.header["frames"]:
+        starts.append(position)
+        sizes.append(size)
+        lengths.append(length)
+        position += length
+    return starts, sizes, lengths
+
+
+def _last_frame(sizes: list[int], first: int, end: int) -> int:
+    """The frame holding byte `end - 1` of the content that starts at frame `first`."""
+    last, covered = first, sizes[first]
+    while covered < end and last + 1 < len(sizes):
+        last += 1
+        covered += sizes[last]
+    return last
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -229,42 +534,30 @@ def write_json_atomic(path: Path, value: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        _write_all(fd, orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n")
+        _write_all(fd, [orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n"])
         os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
 
 
-def _frame_at(raw: bytes, offset: int, segment: str) -> Frame | None:
-    end = _frame_end(raw, offset)
-    if end is None:
-        return None
-    compressed = raw[offset:end]
-    try:
-        data = zstandard.ZstdDecompressor().decompress(compressed)
-    except zstandard.ZstdError:
-        return None
-    return Frame(segment, offset, compressed, data)
-
-
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-
-
-def _frame_end(raw: bytes, offset: int) -> int | None:
-    length = frame_length(io.BytesIO(raw), offset, len(raw))
-    return None if length is None else offset + length
-
-
 def frame_length(fh: BinaryIO, offset: int, file_size: int) -> int | None:
     """
-    The length of the zstd frame at `offset`, from its block headers (RFC 8878 §3.1.1), or None
-    when no whole frame starts there. Reads a few bytes per block, not the frame: python-zstandard
-    does not expose ZSTD_findFrameCompressedSize, and decompressing to find the end would copy
-    the rest of the file once per frame.
+    The length of the zstd frame at `offset` of a file, from its block headers (RFC 8878
+    §3.1.1), or None when no whole frame starts there. Reads a few bytes per block, not the
+    frame: python-zstandard does not expose ZSTD_findFrameCompressedSize, and decompressing to
+    find the end would copy the rest of the file once per frame.
     """
-    fh.seek(offset)
-    head = fh.read(18)
+
+    def read(position: int, n: int) -> bytes:
+        fh.seek(position)
+        return fh.read(n)
+
+    return _walk_frame(read, offset, file_size)
+
+
+def _walk_frame(read: Callable[[int, int], bytes], offset: int, end: int) -> int | None:
+    head = read(offset, 18)
     if head[:4] != _ZSTD_MAGIC or len(head) < 6:
         return None
     try:
@@ -273,8 +566,7 @@ def frame_length(fh: BinaryIO, offset: int, file_size: int) -> int | None:
         return None
     has_checksum = head[4] & 0x04
     while True:
-        fh.seek(pos)
-        header = fh.read(3)
+        header = read(pos, 3)
         if len(header) < 3:
             return None
         value = int.from_bytes(header, "little")
@@ -285,14 +577,21 @@ def frame_length(fh: BinaryIO, offset: int, file_size: int) -> int | None:
         if last:
             break
     pos += 4 if has_checksum else 0
-    return pos - offset if pos <= file_size else None
+    return pos - offset if pos <= end else None
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+def _write_all(fd: int, parts: list[bytes]) -> int:
+    """Write every part, in order, in as few system calls as the kernel allows."""
+    views = [memoryview(p) for p in parts if len(p)]
+    total = sum(len(v) for v in views)
+    while views:
+        written = os.writev(fd, views[:1024])  # IOV_MAX
+        while views and written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        if written:
+            views[0] = views[0][written:]
+    return total
 
 
 def fsync_dir(path: Path) -> None:

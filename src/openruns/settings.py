@@ -48,8 +48,9 @@ class Settings:
       waiting to be compressed, compressed batches waiting or in flight); beyond it the encoder
       waits, and new batches go to the spool when the server is down. Default 96 MiB.
     - `request_timeout`: seconds one HTTP request to the server may take. Default 60.
-    - `connect_timeout`: seconds to wait for a connection to the server; also how long init()
-      tries to reach the server before opening the run without it. Default 10.
+    - `connect_timeout`: seconds to wait for the server to answer at all: one connection; how
+      long init() tries to reach it before opening the run without it; how long finish() waits
+      for a server that answers nothing before leaving the rest in the spool. Default 10.
     - `retry_timeout`: seconds a failed call is retried (backoff with jitter, Retry-After
       honoured) before it counts as failed: a read raises, `openruns sync` reports it. Uploads
       are never given up this way: a batch the server cannot take waits in the spool. Default 30.

@@ -2,11 +2,13 @@
 `openruns sync [PATHS...]`: upload offline runs and leftover spools of online runs.
 
 For each run directory: create the run on the server if it is not there (the id is the one the
-run was given at init, so this is idempotent), upload every frame the server has not
-acknowledged (each with its Idempotency-Key, so an interrupted sync, or a frame the live process
-had already sent, is never stored twice), then set the final status from run.json. A run whose
-owner died without closing it (SIGKILL, a lost node) is closed as crashed. Acknowledged frames
-are recorded in `<stream>/acked.ndjson`, so a second sync uploads nothing.
+run was given at init, so this is idempotent), upload every batch the server has not
+acknowledged (each with the Idempotency-Key in its header, so an interrupted sync, or a batch
+the live process had already sent, is never stored twice), then set the final status from
+run.json. A run whose owner died without closing it (SIGKILL, a lost node) is closed as
+crashed. Acknowledged batches are recorded in `<stream>/acked.ndjson`, so a second sync uploads
+nothing; an online run's spool segments are deleted once every batch in them is acknowledged
+(an offline run's segments are the run itself and stay).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +27,15 @@ from typing import Any
 import orjson
 
 from .errors import APIError, ConflictError, NotFoundError
-from .rundir import STREAMS, Frame, iter_frames, read_json, segment_paths
+from .rundir import (
+    STREAMS,
+    StoredBatch,
+    acked_keys,
+    iter_batches,
+    read_batch,
+    read_json,
+    segment_paths,
+)
 from .settings import Settings
 from .spec import RunStatus
 from .upload.wire import Disposition, WireClient, disposition, retrying
@@ -46,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class SyncResult:
     run_dir: Path
     run_id: str
-    frames: int = 0
+    batches: int = 0  # uploaded now (one request each)
     records: int = 0
     skipped: int = 0
     rejected: int = 0
@@ -78,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
                 run_dir,
                 retry_timeout=settings.retry_timeout,
                 on_total=lambda n: progress.update(task, total=n),
-                on_frame=lambda: progress.advance(task),
+                on_batch=lambda: progress.advance(task),
             )
 
         with ThreadPoolExecutor(max(1, args.parallel)) as pool:
@@ -86,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     failed = False
     for result in results:
         line = (
-            f"{result.run_id}: {result.frames} batches ({result.records} records) uploaded, "
+            f"{result.run_id}: {result.batches} batches ({result.records} records) uploaded, "
             f"{result.skipped} already there, status {result.status or '-'}"
         )
         if result.rejected or result.errors:
@@ -116,39 +126,45 @@ def sync_run(
     run_dir: Path,
     *,
     retry_timeout: float = 30.0,
-    on_total: Any = lambda n: None,
-    on_frame: Any = lambda: None,
+    on_total: Callable[[int], Any] = lambda n: None,
+    on_batch: Callable[[], Any] = lambda: None,
 ) -> SyncResult:
     """Upload one run directory (see the module docstring); failures are in `errors`."""
     meta = read_json(run_dir / "run.json") or {}
     result = SyncResult(run_dir, meta.get("id") or run_dir.name)
-    sync = _Sync(wire, retry_timeout)
+    sync = _Sync(wire, run_dir, result, retry_timeout)
     try:
-        sync.ensure_run(result.run_id, meta)
-        pending = list(_unacknowledged(run_dir, result))
+        sync.ensure_run(meta)
+        pending = list(sync.unacknowledged())
         on_total(len(pending))
-        for stream, frame in pending:
-            sync.upload(run_dir, result, stream, frame)
-            on_frame()
-        result.status = sync.close(result.run_id, meta)
+        for stream, batch in pending:
+            sync.upload(stream, batch)
+            on_batch()
+        if meta.get("server"):  # an online run's spool: what the server has is not kept
+            for stream in STREAMS:
+                _delete_acknowledged(run_dir / stream)
+        result.status = sync.close(meta)
     except APIError as exc:
         result.errors.append(str(exc))
     return result
 
 
 class _Sync:
-    """The server calls of one sync, each retried for `retry_timeout`."""
+    """One run directory's sync; each server call is retried for `retry_timeout`."""
 
-    def __init__(self, wire: WireClient, retry_timeout: float):
+    def __init__(self, wire: WireClient, run_dir: Path, result: SyncResult, retry_timeout: float):
         self.wire = wire
+        self.run_dir = run_dir
+        self.result = result
+        self.run_id = result.run_id
         self.retry_timeout = retry_timeout
 
-    def retried(self, call: Any) -> Any:
+    def retried(self, call: Callable[[], Any]) -> Any:
         return retrying(call, deadline=time.monotonic() + self.retry_timeout)
 
-    def ensure_run(self, run_id: str, meta: dict[str, Any]) -> None:
+    def ensure_run(self, meta: dict[str, Any]) -> None:
         try:
-            self.retried(lambda: self.wire.get_run(run_id))
+            self.retried(lambda: self.wire.get_run(self.run_id))
             return
         except NotFoundError:
             pass
@@ -156,27 +172,36 @@ class _Sync:
         fields = (*keys, "config", "training", "team_id")
         body = {k: meta[k] for k in fields if meta.get(k) is not None}
         body.setdefault("kind", "eval")
-        body["id"] = run_id
-        self.retried(lambda: self.wire.create_run(body, key=run_id))
+        body["id"] = self.run_id
+        self.retried(lambda: self.wire.create_run(body, key=self.run_id))
 
-    def upload(self, run_dir: Path, result: SyncResult, stream: str, frame: Frame) -> None:
-        records = frame.data.count(b"\n")
+    def unacknowledged(self) -> Iterable[tuple[str, StoredBatch]]:
+        for stream in STREAMS:
+            acked = acked_keys(self.run_dir / stream)
+            for path in segment_paths(self.run_dir / stream):
+                for batch in iter_batches(path):
+                    if batch.key in acked:
+                        self.result.skipped += 1
+                    else:
+                        yield stream, batch
+
+    def upload(self, stream: str, batch: StoredBatch) -> None:
+        stream_dir = self.run_dir / stream
+        body = read_batch(stream_dir, batch)
         try:
-            self.retried(
-                lambda: self.wire.upload(result.run_id, stream, [frame.compressed], key=frame.key)
-            )
+            self.retried(lambda: self.wire.upload(self.run_id, stream, [body], key=batch.key))
         except APIError as exc:
             if disposition(exc) is not Disposition.REJECT:
                 raise
-            result.rejected += records
-            result.errors.append(f"{stream} batch {frame.segment}@{frame.offset}: {exc}")
-            _append(run_dir / stream / "rejected.ndjson", frame.key)
+            self.result.rejected += batch.records
+            self.result.errors.append(f"{stream} batch {batch.segment}@{batch.offset}: {exc}")
+            _append(stream_dir / "rejected.ndjson", batch.key)
             return
-        result.frames += 1
-        result.records += records
-        _append(run_dir / stream / "acked.ndjson", frame.key)
+        self.result.batches += 1
+        self.result.records += batch.records
+        _append(stream_dir / "acked.ndjson", batch.key)
 
-    def close(self, run_id: str, meta: dict[str, Any]) -> str | None:
+    def close(self, meta: dict[str, Any]) -> str | None:
         status, error = meta.get("status"), meta.get("error")
         if status == RunStatus.RUNNING.value and _owner_is_gone(meta):
             owner = meta.get("owner") or {}
@@ -194,35 +219,23 @@ class _Sync:
             "losses": meta.get("losses") or {},
         }
         try:
-            self.retried(lambda: self.wire.finish_run(run_id, body))
+            self.retried(lambda: self.wire.finish_run(self.run_id, body))
         except ConflictError:
-            current = self.wire.get_run(run_id)
+            current = self.wire.get_run(self.run_id)
             return str(current.get("status"))  # closed before with another status; theirs stands
         return status
 
 
-def _unacknowledged(run_dir: Path, result: SyncResult) -> Iterable[tuple[str, Frame]]:
-    for stream in STREAMS:
-        acked = _acked_keys(run_dir / stream)
-        for path in segment_paths(run_dir / stream):
-            for frame in iter_frames(path):
-                if frame.key in acked:
-                    result.skipped += 1
-                else:
-                    yield stream, frame
-
-
-def _acked_keys(stream_dir: Path) -> set[str]:
-    keys: set[str] = set()
-    for name in ("acked.ndjson", "rejected.ndjson"):
-        path = stream_dir / name
-        if path.exists():
-            for line in path.read_bytes().splitlines():
-                try:
-                    keys.add(orjson.loads(line)["key"])
-                except (orjson.JSONDecodeError, KeyError, TypeError):
-                    continue  # a torn last line
-    return keys
+def _delete_acknowledged(stream_dir: Path) -> None:
+    """Delete the sealed segments whose every batch the server has (spools only)."""
+    acked = acked_keys(stream_dir)
+    for path in segment_paths(stream_dir):
+        if path.name.endswith(".open"):
+            continue  # a live writer's: not ours to delete
+        if all(batch.key in acked for batch in iter_batches(path)):
+            path.unlink()
+    if not segment_paths(stream_dir):
+        (stream_dir / "acked.ndjson").unlink(missing_ok=True)
 
 
 def _owner_is_gone(meta: dict[str, Any]) -> bool:

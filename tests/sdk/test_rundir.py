@@ -1,37 +1,82 @@
+"""The run directory's format: batches in segments, torn tails, the spool and its acks."""
+
 from __future__ import annotations
 
+import orjson
 import zstandard
 
-from openruns.rundir import SegmentWriter, iter_frames, segment_paths
+from openruns.rundir import (
+    Batch,
+    SegmentWriter,
+    Spool,
+    acked_keys,
+    batch_lines,
+    header_frame,
+    iter_batches,
+    read_batch,
+    segment_paths,
+)
 
 
-def _frame(data: bytes) -> bytes:
-    return zstandard.ZstdCompressor(level=1, write_checksum=True).compress(data)
+def _batch(stream: str, key: str, lines: list[bytes]) -> Batch:
+    data = b"".join(lines)
+    frame = zstandard.ZstdCompressor(level=1, write_checksum=True).compress(data)
+    header = {"v": 1, "key": key, "stream": stream, "records": len(lines)}
+    header["frames"] = [[len(frame), len(data)]]
+    return Batch(stream, key, len(lines), [header_frame(header), frame])
 
 
-def test_a_torn_tail_is_ignored_and_complete_frames_read(tmp_path):
+def test_a_torn_tail_is_ignored_and_complete_batches_read(tmp_path):
     writer = SegmentWriter(tmp_path / "episodes", "w1")
-    payloads = [b'{"i":%d}\n' % i * (i + 1) * 1000 for i in range(4)]
-    for payload in payloads:
-        writer.append(_frame(payload))
+    batches = [_batch("episodes", f"k{i}", [b'{"i":%d}\n' % i] * (i + 1) * 100) for i in range(4)]
+    for batch in batches:
+        writer.append(batch.parts)
     writer.sync()
     (path,) = segment_paths(tmp_path / "episodes")
     assert path.name.endswith(".open")
     raw = path.read_bytes()
-    for cut in (1, 5, 20):  # a writer killed in the middle of its last frame
+    for cut in (1, 5, 20):  # a writer killed in the middle of its last batch
         path.write_bytes(raw[:-cut])
-        assert [f.data for f in iter_frames(path)] == payloads[:3]
+        assert [b.key for b in iter_batches(path)] == ["k0", "k1", "k2"]
     path.write_bytes(raw + b"garbage")
-    assert [f.data for f in iter_frames(path)] == payloads
+    stored = list(iter_batches(path))
+    assert [b.records for b in stored] == [100, 200, 300, 400]
+    data = read_batch(tmp_path / "episodes", stored[1])
+    assert data == b"".join(batches[1].parts)  # on disk, byte for byte, the upload's body
+    assert batch_lines(data, stored[1].header_length).count(b"\n") == 200
 
 
 def test_segments_roll_and_seal(tmp_path):
-    writer = SegmentWriter(tmp_path / "metrics", "w1", roll_bytes=100)
+    writer = SegmentWriter(tmp_path / "metrics", "w1", roll_bytes=1)  # one batch each
     for i in range(5):
-        writer.append(_frame(bytes(range(256)) * (i + 1)))
+        writer.append(_batch("metrics", f"k{i}", [b"{}\n"] * (i + 1)).parts)
     writer.close()
     paths = segment_paths(tmp_path / "metrics")
     assert len(paths) == 5 and all(p.name.endswith(".ndjson.zst") for p in paths)
-    frames = [f for p in paths for f in iter_frames(p)]
-    assert [len(f.data) for f in frames] == [256 * (i + 1) for i in range(5)]
-    assert frames[0].key.startswith("sha256:") and len(frames[0].key) == 71
+    assert [b.records for p in paths for b in iter_batches(p)] == [1, 2, 3, 4, 5]
+
+
+def test_the_spool_deletes_what_the_server_acknowledged_and_keeps_the_rest(tmp_path):
+    spool = Spool(tmp_path, "w1", max_bytes=10**6, roll_bytes=1)  # one batch per segment
+    refs = [spool.put(_batch("episodes", f"k{i}", [b"{}\n"] * 10)) for i in range(3)]
+    assert all(refs) and len(segment_paths(tmp_path / "episodes")) == 3
+    spool.ack(refs[0], "k0")
+    spool.ack(refs[2], "k2")
+    left = segment_paths(tmp_path / "episodes")
+    assert [b.key for p in left for b in iter_batches(p)] == ["k1"]
+    assert acked_keys(tmp_path / "episodes") == {"k0", "k2"}
+    assert spool.bytes_used == refs[1].length
+    spool.ack(refs[1], "k1")
+    spool.close(("episodes",))
+    assert segment_paths(tmp_path / "episodes") == []
+    assert not (tmp_path / "episodes" / "acked.ndjson").exists()  # nothing left to refer to
+    assert spool.bytes_used == 0
+
+
+def test_the_spool_refuses_what_does_not_fit(tmp_path):
+    batch = _batch("metrics", "k", [orjson.dumps({"x": "y" * 100}) + b"\n"])
+    spool = Spool(tmp_path, "w1", max_bytes=2 * batch.nbytes)
+    assert spool.put(batch) and spool.put(batch)
+    assert spool.put(batch) is None
+    spool.close(("metrics",))
+    assert spool.bytes_used == 2 * batch.nbytes  # unacknowledged: kept for openruns sync

@@ -28,8 +28,10 @@ class Backend(Protocol):
         error: str | None,
         summary: dict[str, Any],
         losses: dict[str, Any],
+        deadline: float | None = None,
     ) -> None:
-        """Close the run with a terminal status (owner only)."""
+        """Close the run with a terminal status (owner only), retrying until `deadline`
+        (time.monotonic()) where that means anything."""
         ...
 
     def close_writer(self, writer_id: str | None, stats: Stats, dropped: int) -> None:

@@ -20,7 +20,12 @@ class DisabledBackend:
         pass
 
     def finalize(
-        self, status: RunStatus, error: str | None, summary: dict[str, Any], losses: dict[str, Any]
+        self,
+        status: RunStatus,
+        error: str | None,
+        summary: dict[str, Any],
+        losses: dict[str, Any],
+        deadline: float | None = None,
     ) -> None:
         pass
 

@@ -19,7 +19,7 @@ from ..upload.stats import Stats
 
 __all__ = ["FORMAT_VERSION", "OfflineBackend"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: segments of batches (header frame + data frames), issue 13
 
 
 class OfflineBackend:
@@ -56,7 +56,12 @@ class OfflineBackend:
         self._rewrite(summary=summary)
 
     def finalize(
-        self, status: RunStatus, error: str | None, summary: dict[str, Any], losses: dict[str, Any]
+        self,
+        status: RunStatus,
+        error: str | None,
+        summary: dict[str, Any],
+        losses: dict[str, Any],
+        deadline: float | None = None,
     ) -> None:
         self._rewrite(
             status=status.value,
@@ -82,6 +87,7 @@ class OfflineBackend:
                 "dropped_records": dropped,
                 "spooled_records": stats.spooled,
                 "dropped_metric_values": stats.dropped_values,
+                "converted_values": stats.converted,
                 "errors": stats.errors,
                 "closed_at": time.time(),
             },

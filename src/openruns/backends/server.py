@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import APIError, ConflictError
-from ..rundir import new_writer_id
+from ..rundir import Spool, new_writer_id
 from ..settings import Settings
 from ..sinks.server import ServerSink
 from ..spec import RunStatus
@@ -45,6 +45,7 @@ class ServerBackend:
         owner: bool,
         metadata: dict[str, Any] | None,
         server_info: dict[str, Any] | None,
+        silent_since: float | None = None,
     ):
         assert settings.base_url
         self.settings = settings
@@ -54,10 +55,12 @@ class ServerBackend:
         self.url = f"{settings.base_url}/runs/{run_id}"
         self.token: str | None = None
         self._metadata = metadata  # set while the run still has to be created on the server
+        self._silent_since = silent_since  # the server has not answered since (monotonic)
         info = server_info or {}
         timeout = float(info.get("heartbeat_timeout") or 4 * MAX_HEARTBEAT_INTERVAL)
         self._heartbeat_every = min(MAX_HEARTBEAT_INTERVAL, timeout / 4)
         self._stop_heartbeat = threading.Event()
+        self._sink: ServerSink | None = None
         if owner:
             self._start_heartbeat()
         fork.register(self)
@@ -68,7 +71,8 @@ class ServerBackend:
     ) -> ServerBackend:
         assert settings.base_url
         wire = WireClient.from_settings(settings)
-        deadline = time.monotonic() + settings.connect_timeout
+        started = time.monotonic()
+        deadline = started + settings.connect_timeout
         info: dict[str, Any] | None = None
         created: dict[str, Any] | None = None
         try:
@@ -95,6 +99,7 @@ class ServerBackend:
             owner=True,
             metadata=None if created else metadata,
             server_info=info,
+            silent_since=None if info else started,
         )
         if created:
             backend.token = created.get("token")
@@ -115,15 +120,18 @@ class ServerBackend:
         )
 
     def make_sink(self, stats: Stats) -> ServerSink:
-        return ServerSink(
+        spool = Spool(self.local.run_dir, new_writer_id(), self.settings.spool_bytes)
+        self._sink = ServerSink(
             self.wire,
             self.run_id,
-            self.local.run_dir,
-            new_writer_id(),
+            spool,
             stats,
-            spool_bytes=self.settings.spool_bytes,
+            memory_bytes=self.settings.upload_buffer_bytes,
+            give_up_after=self.settings.connect_timeout,
+            silent_since=self._silent_since,
             before_first_send=self._ensure_created if self._metadata is not None else None,
         )
+        return self._sink
 
     def _ensure_created(self) -> None:
         if self._metadata is None:
@@ -141,12 +149,25 @@ class ServerBackend:
             )
 
     def finalize(
-        self, status: RunStatus, error: str | None, summary: dict[str, Any], losses: dict[str, Any]
+        self,
+        status: RunStatus,
+        error: str | None,
+        summary: dict[str, Any],
+        losses: dict[str, Any],
+        deadline: float | None = None,
     ) -> None:
+        """
+        Close the run: first in run.json (so `openruns sync` can set the status if the server
+        never hears it), then on the server, retried until acknowledged or `deadline` (one
+        attempt when the uploads found the server down: it is not waited for twice).
+        """
         self._stop_heartbeat.set()
-        self.local.finalize(status, error, summary, losses)  # so `openruns sync` can finish it
+        self.local.finalize(status, error, summary, losses)
         body = {"status": status.value, "error": error, "summary": summary, "losses": losses}
-        deadline = time.monotonic() + self.settings.retry_timeout
+        if deadline is None:
+            deadline = time.monotonic() + self.settings.retry_timeout
+        if self._sink is not None and self._sink.gave_up:
+            deadline = time.monotonic()
 
         def finish() -> Any:
             self._ensure_created()

@@ -1,10 +1,17 @@
 """
 Bulk uploads: metrics rows and episode segments, from request body to committed receipt.
 
-Both follow the same steps: admit (503 when the server is full), read the body (413), answer a
-known Idempotency-Key with its first receipt before any other work, decompress (415, 413),
-parse (400 naming the line), then store. A request without an Idempotency-Key is keyed by the
-SHA-256 of its decompressed body, the key the SDK sends, so every upload is safe to replay.
+Every upload follows the same steps: admit (503 when the server is full), read the body (413),
+answer a known Idempotency-Key with its first receipt before any other work, check and parse
+(400 naming what is wrong), then store. A request without an Idempotency-Key is keyed by the
+SHA-256 of its decompressed body, so every upload is safe to replay.
+
+- Metrics: the body is decompressed (415, 413) and its rows parsed and merged.
+- Episodes from the SDK (`Content-Type: application/vnd.openruns.batch+zstd`): a batch in the
+  run-directory format, whose frames and index rows are checked and stored as sent
+  (`segments.check_batch`), never decompressed or re-encoded.
+- Episodes as NDJSON from any other client (curl, the Prime-compatible routes):
+  `ingest_ndjson_episodes` parses and indexes every record and compresses the segment here.
 
 Episodes: the segment blob is fsynced and renamed into place before the index rows and the
 receipt commit in one transaction, so a 2xx means both are durable, and a crash in between
@@ -20,16 +27,22 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from ..rundir import batch_key
+from ..rundir import BATCH_CONTENT_TYPE, batch_key
 from .body import decompress, iter_objects, read_body
 from .errors import bad_request
 from .limits import Ticket
-from .segments import build_segment
+from .segments import Segment, build_segment, check_batch
 from .state import ServerState
 from .store.metrics import MAX_STEP
 from .store.runs import require_running_or_grace
 
-__all__ = ["MAX_KEY_CHARS", "parse_metrics", "upload_episodes", "upload_metrics"]
+__all__ = [
+    "MAX_KEY_CHARS",
+    "ingest_ndjson_episodes",
+    "parse_metrics",
+    "upload_episodes",
+    "upload_metrics",
+]
 
 MAX_KEY_CHARS = 512
 
@@ -51,19 +64,67 @@ async def upload_metrics(
 async def upload_episodes(
     state: ServerState, request: Request, run: dict[str, Any], key: str | None, stream: str
 ) -> dict[str, Any]:
+    """An episodes or traces upload: the SDK's batch, or NDJSON (see the module docstring)."""
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     with state.gate.admit() as ticket:
+        if content_type == BATCH_CONTENT_TYPE:
+            return await _upload_batch(state, request, run, key, stream, ticket)
         data, key, prior = await _receive(state, request, run, stream, key, ticket)
         if prior is not None:
             return prior
-        segment = await run_in_threadpool(build_segment, data)
-        if not segment.rows:
-            return {"status": "committed", "records": 0, "receipt": key}
-        blob_key = f"runs/{run['seq']}/{stream}/{secrets.token_hex(12)}.ndjson.zst"
-        await run_in_threadpool(state.blobs.put_atomic, blob_key, segment.blob)
-        return await state.store.commit_segment(
-            run["seq"], key, stream, blob_key, len(segment.blob), segment.rows
-        )
+        return await ingest_ndjson_episodes(state, run, key, stream, data)
+
+
+async def ingest_ndjson_episodes(
+    state: ServerState, run: dict[str, Any], key: str, stream: str, data: bytes
+) -> dict[str, Any]:
+    """
+    Store NDJSON records (decompressed, of any client) as one segment of `stream`, indexed;
+    `key` is the upload's Idempotency-Key (callers without one use `batch_key(data)`). 400 names
+    a bad line. The caller admits the upload and checks the run and the receipt first.
+    """
+    segment = await run_in_threadpool(build_segment, data, run["kind"])
+    return await _commit(state, run, key, stream, segment)
+
+
+async def _upload_batch(
+    state: ServerState,
+    request: Request,
+    run: dict[str, Any],
+    key: str | None,
+    stream: str,
+    ticket: Ticket,
+) -> dict[str, Any]:
+    settings = state.settings
+    body = await read_body(request, settings.max_body_bytes, ticket.add)
+    if key is not None:
+        prior = await state.store.receipt(run["seq"], stream, key)
+        if prior is not None:
+            return prior
+    header, segment = await run_in_threadpool(
+        check_batch, body, run["kind"], settings.max_decompressed_bytes
+    )
+    if key is None:
+        key = str(header.get("key") or "")
+        if not key or len(key) > MAX_KEY_CHARS:
+            raise bad_request("invalid_batch", "the batch header has no usable key")
+        prior = await state.store.receipt(run["seq"], stream, key)
+        if prior is not None:
+            return prior
+    return await _commit(state, run, key, stream, segment)
+
+
+async def _commit(
+    state: ServerState, run: dict[str, Any], key: str, stream: str, segment: Segment
+) -> dict[str, Any]:
+    if not segment.rows:
+        return {"status": "committed", "records": 0, "receipt": key}
+    blob_key = f"runs/{run['seq']}/{stream}/{secrets.token_hex(12)}.ndjson.zst"
+    await run_in_threadpool(state.blobs.put_atomic, blob_key, segment.blob)
+    return await state.store.commit_segment(
+        run["seq"], key, stream, blob_key, len(segment.blob), segment.rows
+    )
 
 
 async def _receive(

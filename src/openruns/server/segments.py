@@ -1,16 +1,26 @@
 """
-Episode segments: the blob one episodes upload becomes, and its index rows.
+Episode segments: the blob one episodes upload becomes, and its index rows. Two ways in:
 
-A segment is the upload's NDJSON lines, byte for byte, in zstd frames of about FRAME_BYTES of
-input each (a line is never split; a bigger line gets a frame of its own). `zstd -dc segment`
-gives the NDJSON back. An index row locates its record by the frame (offset and length in the
-blob) and the line inside the decompressed frame, so reading one episode decompresses one frame
-(about 1 MiB, or the episode itself), never the whole segment.
+- `check_batch`: the SDK's upload, a batch in the run-directory format (openruns.rundir): a
+  header frame (the batch's key, its frames' sizes and one index row per record), then zstd
+  frames cut for single-record reads. Its frames are stored as they are, never decompressed:
+  the checks are the cheap ones (every frame a zstd frame of the stated length, carrying its
+  content size and a checksum, and the rows consistent with the frames and within limits). A
+  client that lies in its rows or its frames' contents can only garble its own run (readers get
+  a clear error, or another record of the same run), never another run or the server.
+- `build_segment`: NDJSON from any other client (curl, the Prime-compatible routes): parsed,
+  indexed and compressed here into frames of about FRAME_BYTES of input (a line is never split;
+  a bigger line gets a frame of its own).
+
+Either way `zstd -dc segment` gives the NDJSON back, and an index row locates its record by its
+frames (offset and length in the blob) and its line in them, decompressed, so reading one
+record decompresses its own frames, never the whole segment.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,17 +28,23 @@ from typing import Any
 
 import zstandard
 
-from ..records import index_fields
+from ..records import RECORD_KINDS, index_fields, record_kind
+from ..rundir import FRAME_BYTES, BatchFormatError, check_frames, parse_header
 from .body import iter_objects
-from .errors import bad_request
+from .errors import bad_request, too_large
 from .store.metrics import MAX_STEP
 
-__all__ = ["FRAME_BYTES", "Segment", "build_segment", "iter_segment", "read_record"]
+__all__ = [
+    "FRAME_BYTES",
+    "Segment",
+    "build_segment",
+    "check_batch",
+    "iter_segment",
+    "read_record",
+]
 
-# 1 MiB: compresses ~7% smaller and faster than 256 KiB frames on rollout JSON, and one
-# frame still decompresses in a few ms when a single episode is read.
-FRAME_BYTES = 1024 * 1024
 MAX_ID_CHARS = 256
+MAX_ENV_CHARS = 1024
 _MIN_INT = -(2**63)
 
 
@@ -38,7 +54,112 @@ class Segment:
     rows: list[dict[str, Any]]
 
 
-def build_segment(data: bytes) -> Segment:
+# -- the SDK's batches ------------------------------------------------------------------------
+
+
+def check_batch(
+    body: bytes, run_kind: str, max_decompressed: int
+) -> tuple[dict[str, Any], Segment]:
+    """(header, segment) of a batch upload, its frames kept as sent; 400 says what is wrong."""
+    try:
+        header, start = parse_header(body)
+        frames = check_frames(memoryview(body)[start:], header.get("frames"))
+    except BatchFormatError as exc:
+        raise bad_request("invalid_batch", str(exc)) from exc
+    if sum(size for _, size in frames) > max_decompressed:
+        raise too_large(
+            "decompressed_body_too_large",
+            f"the batch's frames hold more than {max_decompressed} bytes; send smaller batches",
+        )
+    rows = header.get("rows")
+    records = header.get("records")
+    if not isinstance(rows, list) or type(records) is not int or len(rows) != records:
+        raise bad_request("invalid_batch", "the header needs one row per record")
+    starts, ends = [], []  # each frame's bytes in the blob, and its content's end (cumulative)
+    position = content = 0
+    for length, size in frames:
+        starts.append(position)
+        position += length
+        content += size
+        ends.append(content)
+    index = [_batch_row(i, row, frames, starts, ends, run_kind) for i, row in enumerate(rows)]
+    return header, Segment(body[start:], index)
+
+
+def _batch_row(
+    i: int,
+    row: Any,
+    frames: list[tuple[int, int]],
+    starts: list[int],
+    ends: list[int],
+    run_kind: str,
+) -> dict[str, Any]:
+    def bad(message: str) -> Exception:
+        return bad_request("invalid_batch", f"row {i}: {message}")
+
+    if not isinstance(row, dict):
+        raise bad("expected an object")
+    episode_id = row.get("id")
+    if not isinstance(episode_id, str) or not 0 < len(episode_id) <= MAX_ID_CHARS:
+        raise bad(f"id must be a string of 1 to {MAX_ID_CHARS} characters")
+    step = row.get("step")
+    if step is not None and (type(step) is not int or not _MIN_INT <= step <= MAX_STEP):
+        raise bad(f"step must be an integer up to {MAX_STEP} or null")
+    kind = row.get("kind")
+    if kind is not None and kind not in RECORD_KINDS:
+        raise bad(f"kind must be one of {', '.join(RECORD_KINDS)} or null")
+    env = row.get("env")
+    if env is not None and (not isinstance(env, str) or len(env) > MAX_ENV_CHARS):
+        raise bad(f"env must be a string of at most {MAX_ENV_CHARS} characters or null")
+    ok = row.get("ok")
+    if ok is not None and type(ok) is not bool:
+        raise bad("ok must be true, false or null")
+    tokens = row.get("tokens")
+    if tokens is not None and (type(tokens) is not int or not 0 <= tokens <= MAX_STEP):
+        raise bad("tokens must be a non-negative integer or null")
+    reward, duration = _finite(row.get("reward")), _finite(row.get("duration"))
+    if reward is False or duration is False:
+        raise bad("reward and duration must be finite numbers or null")
+    frame, offset, length = row.get("frame"), row.get("offset"), row.get("length")
+    if not all(type(v) is int and v >= 0 for v in (frame, offset, length)):
+        raise bad("frame, offset and length must be non-negative integers")
+    if frame >= len(frames) or offset >= frames[frame][1]:
+        raise bad("its line does not start in the frame it names")
+    end = (ends[frame] - frames[frame][1]) + offset + length  # in the batch's content
+    last = frame
+    while last < len(frames) - 1 and ends[last] < end:
+        last += 1
+    if end > ends[last]:
+        raise bad("its line runs past the last frame")
+    return {
+        "episode_id": episode_id,
+        "step": step,
+        "kind": kind or run_kind,
+        "reward": reward,
+        "env": env,
+        "ok": ok,
+        "tokens": tokens,
+        "duration": duration,
+        "frame_offset": starts[frame],
+        "frame_length": starts[last] + frames[last][0] - starts[frame],
+        "offset": offset,
+        "length": length,
+    }
+
+
+def _finite(value: Any) -> float | None | bool:
+    """The value as a float, None for null, False when it is not a finite number."""
+    if value is None:
+        return None
+    if type(value) not in (int, float) or not math.isfinite(value):
+        return False
+    return float(value)
+
+
+# -- NDJSON from other clients ----------------------------------------------------------------
+
+
+def build_segment(data: bytes, run_kind: str) -> Segment:
     """Compress `data` (NDJSON objects) into a segment and index it; 400 names a bad line."""
     compressor = zstandard.ZstdCompressor(level=1, write_checksum=True)
     frames: list[bytes] = []
@@ -62,7 +183,7 @@ def build_segment(data: bytes) -> Segment:
             seal()
         if not pending:
             start = offset
-        row = _index_row(lineno, record)
+        row = _index_row(lineno, record, run_kind)
         row["offset"] = offset - start
         row["length"] = length
         pending.append(row)
@@ -73,7 +194,7 @@ def build_segment(data: bytes) -> Segment:
     return Segment(b"".join(frames), rows)
 
 
-def _index_row(lineno: int, record: dict[str, Any]) -> dict[str, Any]:
+def _index_row(lineno: int, record: dict[str, Any], run_kind: str) -> dict[str, Any]:
     try:
         fields = index_fields(record, None)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -92,6 +213,7 @@ def _index_row(lineno: int, record: dict[str, Any]) -> dict[str, Any]:
     return {
         "episode_id": episode_id,
         "step": step,
+        "kind": record_kind(record, run_kind),
         "reward": fields["reward"],
         "env": fields["env"],
         "ok": fields["ok"],
@@ -100,9 +222,24 @@ def _index_row(lineno: int, record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def read_record(frame: bytes, offset: int, length: int) -> bytes:
-    """One record's JSON from its (compressed) frame."""
-    return zstandard.ZstdDecompressor().decompress(frame)[offset : offset + length]
+# -- reading ----------------------------------------------------------------------------------
+
+
+def read_record(frames: bytes, offset: int, length: int) -> bytes:
+    """One record's JSON from its (compressed) frames."""
+    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(frames), read_across_frames=True)
+    _read_exactly(reader, offset)  # up to about a MiB of other lines before this one
+    return _read_exactly(reader, length)
+
+
+def _read_exactly(reader: Any, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        piece = reader.read(n - len(out))
+        if not piece:
+            break
+        out += piece
+    return bytes(out)
 
 
 def iter_segment(blob: bytes, piece: int = 1 << 20) -> Iterator[bytes]:

@@ -1,69 +1,110 @@
 """
-The server sink: batches go to the openruns server, up to MAX_IN_FLIGHT requests at once per
-lane, and to the local spool whenever the server is slow or unreachable.
+The server sink: batches go to the openruns server, and to the local spool when it cannot take
+them.
 
-    write(batch) --> compress (zstd-1 frame), key = sha256(uncompressed)
-                 --> a free sender slot, nothing spooled ahead of it: POST now
-                 --> otherwise: append the frame to the spool (run directory format) and
-                     send it from there when a slot frees and the server answers again
+    write(batch) --> server UP, memory left, nothing of the lane waiting in the spool:
+                     queued in memory; the lane's senders (SENDERS) send in parallel
+                 --> server UP, memory full: waits (the encoder, then log_* calls, feel it)
+                 --> server DOWN or STOPPED, or the lane's backlog is on disk: spooled
 
-A send is retried in place for a few seconds (Retry-After honoured); then the server counts as
-unhealthy, the batch moves to the spool, and one probe at a time retries the oldest spooled
-batch with backoff until the server answers, after which the backlog drains. Memory therefore
-holds at most MAX_IN_FLIGHT frames per lane whatever the network does: the spool on disk takes
-the rest, up to its byte budget, beyond which batches are dropped and counted.
+The server's health is one state (SinkHealth). UP: senders send. DOWN: a request got no answer
+or was asked to wait (429/503, a timeout, a reset): its batch goes to the spool and back to the
+head of its lane, and one probe at a time retries with backoff (Retry-After honoured) until the
+server answers. STOPPED: 401/403/404: nothing more is sent; everything stays in the spool for
+`openruns sync` with the right key or server. Each outcome comes from `disposition`: written
+(acknowledged in the spool when it was there), rejected (that batch failed, counted; the sink
+goes on), retry (DOWN) or stop (STOPPED).
 
-Outcomes: 2xx -> written. 400/409/413/415/422 -> that batch failed (counted), the sink goes on.
-401/403/404 -> sending stops with the error in run.errors; everything goes to the spool, for
-`openruns sync` with the right key or server. Whatever is in flight at close's deadline is
-spooled too: the spool plus the Idempotency-Key make every outcome safe to replay.
+Memory: batches held in memory (queued or being sent) stay within `memory_bytes` (one always
+fits); a batch whose send fails goes to disk, so retries come from the spool, never memory.
+Order: a lane's batches are sent in the order written (metrics have one sender, so a repeated
+step's last value wins on the server too).
+
+Close sends what is left until its deadline. When the server is down as close begins, it is
+probed at once; once a probe made during close has failed and the server has not answered at
+all for `give_up_after` seconds (a gateway's 502/504 is not an answer), everything left stays
+in the spool, which is made durable, and close returns (`gave_up`): waiting for a server that
+does not answer gains nothing that `openruns sync` cannot do later. A server that answers, even
+with errors, is waited for until the deadline.
 """
 
 from __future__ import annotations
 
 import collections
-import hashlib
+import enum
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
-import orjson
-import zstandard
-
-from ..errors import APIError
-from ..rundir import SegmentWriter
-from ..upload.encoder import Batch
+from ..errors import APIError, TransportError
+from ..rundir import Batch, Spool, SpoolRef
 from ..upload.stats import Stats
-from ..upload.wire import Disposition, WireClient, backoff_delay, disposition, retrying
-from .local import compress_batch, new_compressor
+from ..upload.wire import WireClient, backoff_delay, disposition
 
-__all__ = ["ServerSink"]
+__all__ = ["SENDERS", "Health", "ServerSink", "SinkHealth"]
 
 logger = logging.getLogger("openruns")
 
-MAX_IN_FLIGHT = {"metrics": 2, "records": 8}
-# How long one send retries in place before its batch moves to the spool.
-SEND_PATIENCE = 5.0
+SENDERS = {"metrics": 1, "records": 4}
 MAX_PROBE_DELAY = 5.0
-# At close, how long a server that answers nothing is waited for before the rest stays spooled.
-GIVE_UP_AFTER = 30.0
+
+
+class Health(enum.Enum):
+    UP = "up"
+    DOWN = "down"
+    STOPPED = "stopped"
 
 
 @dataclass
+class SinkHealth:
+    """What the sink knows of its server; changed only under the sink's lock."""
+
+    state: Health = Health.UP
+    failures: int = 0  # attempts in a row that got no usable answer
+    error: BaseException | None = None  # the last one's error
+    failed_at: float = 0.0  # when it failed (monotonic)
+    retry_at: float = 0.0  # when the next probe may go
+    heard_at: float = field(default_factory=time.monotonic)  # the server's last answer
+    probing: bool = False
+
+    def answered(self) -> None:
+        self.heard_at = time.monotonic()
+        if self.state is not Health.STOPPED:
+            self.state, self.failures, self.error = Health.UP, 0, None
+
+    def failed(self, error: BaseException) -> None:
+        if self.state is Health.STOPPED:
+            return
+        now = time.monotonic()
+        if getattr(error, "status_code", None) not in (None, 502, 504):
+            self.heard_at = now  # busy or failing, but there (429, 500, 503)
+        self.state, self.error, self.failed_at = Health.DOWN, error, now
+        delay = backoff_delay(self.failures, error)  # Retry-After when the server said
+        if getattr(error, "retry_after", None) is None:
+            delay = min(MAX_PROBE_DELAY, delay)
+        self.retry_at = now + delay
+        self.failures += 1
+
+    def stopped(self, error: BaseException) -> None:
+        self.state, self.error = Health.STOPPED, error
+
+
+@dataclass(eq=False)
 class _Upload:
+    batch: Batch | None  # in memory until spooled (then None, unless it is being sent)
     stream: str
     key: str
-    count: int
-    frame: bytes | None  # in memory until spooled
-    spooled_at: tuple[str, int, int] | None = None  # (segment, offset, length) once on disk
+    records: int
+    nbytes: int
+    ref: SpoolRef | None = None  # on disk once spooled
+    in_memory: bool = False  # counted in the sink's memory
+    done: bool = False  # acknowledged or rejected: nothing more to keep
 
-
-def _lane(stream: str) -> str:
-    return "metrics" if stream == "metrics" else "records"
+    @property
+    def lane(self) -> str:
+        return "metrics" if self.stream == "metrics" else "records"
 
 
 class ServerSink:
@@ -71,307 +112,296 @@ class ServerSink:
 
     def __init__(
         self,
-        client: WireClient,
+        wire: WireClient,
         run_id: str,
-        spool_dir: Path,
-        writer_id: str,
+        spool: Spool,
         stats: Stats,
         *,
-        spool_bytes: int,
+        memory_bytes: int,
+        give_up_after: float,
+        silent_since: float | None = None,
         before_first_send: Callable[[], None] | None = None,
     ):
-        self.client = client
+        self.wire = wire
         self.run_id = run_id
-        self.spool_dir = spool_dir
-        self.writer_id = writer_id
+        self.spool = spool
+        self.writer_id = spool.writer_id
         self.stats = stats
-        self.spool_bytes = spool_bytes
+        self.memory_bytes = memory_bytes
+        self.give_up_after = give_up_after
+        self.gave_up = False  # close left batches in the spool: the server did not answer
+        self.health = SinkHealth()
+        if silent_since is not None:  # the server did not answer since then (at init)
+            self.health.failed(TransportError("the server did not answer when the run opened"))
+            self.health.heard_at = silent_since
         self._before_first_send = before_first_send
-        self._compressors: dict[str, zstandard.ZstdCompressor] = {}
+        self._create_lock = threading.Lock()
         self._cond = threading.Condition()
-        self._in_flight = {lane: 0 for lane in MAX_IN_FLIGHT}
-        self._unspooled = {lane: 0 for lane in MAX_IN_FLIGHT}  # in flight, only in memory
-        self._pending: dict[int, _Upload] = {}
-        self._backlog: dict[str, collections.deque[_Upload]] = {
-            lane: collections.deque() for lane in MAX_IN_FLIGHT
+        self._queues: dict[str, collections.deque[_Upload]] = {
+            lane: collections.deque() for lane in SENDERS
         }
-        self._healthy = True
-        self._failures = 0
-        self._unhealthy_since: float | None = None
-        self._stopped: str | None = None
-        self._closing = threading.Event()
-        self._spool_lock = threading.Lock()
-        self._spool_writers: dict[str, SegmentWriter] = {}
-        self._spooled_bytes = 0
+        self._on_disk = dict.fromkeys(SENDERS, 0)  # queued uploads that are only on disk
+        self._sending: dict[str, set[_Upload]] = {lane: set() for lane in SENDERS}
+        self._memory = 0
+        self._close_began: float | None = None
         self._closed_lanes: set[str] = set()
-        self._work: queue.Queue[_Upload] = queue.Queue()
-        self._senders = [
-            threading.Thread(target=self._send_loop, name="openruns-sender", daemon=True)
-            for _ in range(sum(MAX_IN_FLIGHT.values()))
-        ]
-        for thread in self._senders:
-            thread.start()
+        self._finished = False
+        for lane, count in SENDERS.items():
+            for _ in range(count):
+                threading.Thread(
+                    target=self._send_loop, args=(lane,), name=f"openruns-send-{lane}", daemon=True
+                ).start()
 
     # -- called by the lanes' sink threads ----------------------------------------------------
 
     def write(self, batch: Batch) -> None:
-        compressor = self._compressors.setdefault(batch.stream, new_compressor())
-        frame = compress_batch(batch, compressor)
-        digest = hashlib.sha256()
-        for part in batch.parts:
-            digest.update(part)
-        upload = _Upload(batch.stream, "sha256:" + digest.hexdigest(), batch.count, frame)
-        lane = _lane(batch.stream)
+        upload = _Upload(batch, batch.stream, batch.key, batch.records, batch.nbytes)
+        lane = upload.lane
         with self._cond:
-            if self._can_send(lane) and not self._backlog[lane]:
-                self._dispatch(lane, upload)
-                return
-        self._spool(upload)
-        with self._cond:
-            self._pump(lane)
+            while self.health.state is Health.UP and not self._on_disk[lane]:
+                if not self._memory or self._memory + upload.nbytes <= self.memory_bytes:
+                    upload.in_memory = True
+                    self._memory += upload.nbytes
+                    self._queues[lane].append(upload)
+                    self._cond.notify_all()
+                    return
+                self._cond.wait()
+        if self._spool(upload):
+            with self._cond:
+                self._queues[lane].append(upload)
+                self._on_disk[lane] += 1
+                self._cond.notify_all()
 
     def flush(self, streams: tuple[str, ...], deadline: float | None) -> None:
-        """Everything written before is acknowledged or on disk in the spool."""
+        """Everything written before is acknowledged or on disk (durable) in the spool."""
         lane = _lane(streams[0])
         with self._cond:
-            self._cond.wait_for(lambda: self._unspooled[lane] == 0, _remaining(deadline))
-        self._spool_in_flight(lane)
-        with self._spool_lock:
-            for stream in streams:
-                if stream in self._spool_writers:
-                    self._spool_writers[stream].sync()
+            self._cond.wait_for(
+                lambda: self.health.state is not Health.UP or not self._in_memory(lane),
+                _remaining(deadline),
+            )
+            waiting = self._in_memory(lane)
+        for upload in waiting:
+            self._spool(upload)
+        self.spool.sync(streams)
 
     def close(self, streams: tuple[str, ...], deadline: float | None) -> None:
-        """
-        Send everything (spooled backlog included) until `deadline`, or until the server has
-        not answered for GIVE_UP_AFTER seconds (the rest is safe in the spool, and a process
-        exiting while its server is down should not wait out the whole drain budget); spool
-        what is left.
-        """
+        """Send what is left until `deadline` or until the server is found down (see the module
+        docstring); spool the rest durably."""
         lane = _lane(streams[0])
-        close_started = time.monotonic()
-
-        def settled() -> bool:
-            if self._stopped is not None:
-                return True
-            if self._in_flight[lane] == 0 and not self._backlog[lane]:
-                return True
-            # Silence counts from close at the earliest: a server that just came back gets the
-            # full grace for a probe to find it.
-            down_since = self._unhealthy_since
-            if down_since is None:
-                return False
-            return time.monotonic() - max(down_since, close_started) > GIVE_UP_AFTER
-
         with self._cond:
-            while not settled():
+            if self._close_began is None:
+                self._close_began = time.monotonic()
+                self.health.retry_at = min(self.health.retry_at, self._close_began)
+                self._cond.notify_all()
+            while not self._settled(lane):
                 left = _remaining(deadline)
                 if left == 0.0:
                     break
-                self._cond.wait(1.0 if left is None else min(1.0, left))
-        self._spool_in_flight(lane)
-        with self._spool_lock:
-            for stream in streams:
-                writer = self._spool_writers.pop(stream, None)
-                if writer is not None:
-                    writer.close()
+                # Woken by every outcome; also when the server's silence reaches the limit.
+                silence_ends = self.health.heard_at + self.give_up_after - time.monotonic()
+                self._cond.wait(max(0.01, min(silence_ends, left if left is not None else 1e9)))
+            if self._queues[lane] or self._sending[lane]:
+                self.gave_up = True
+            waiting = self._in_memory(lane)
+        for upload in waiting:
+            self._spool(upload)
+        self.spool.close(streams)
+        with self._cond:
             self._closed_lanes.add(lane)
-            if self._closed_lanes != set(MAX_IN_FLIGHT):
-                return
-        # Both lanes are closed: senders stop; a request still running settles on its own
-        # (its batch is already on disk, so nothing more is written).
-        self._closing.set()
-        if self.stats.spooled:
+            self._finished = self._closed_lanes == set(SENDERS)
+            self._cond.notify_all()
+        if self._finished and self.stats.spooled:
             logger.warning(
                 "openruns: %d records of run %s are in the local spool at %s; upload them "
                 "with: openruns sync %s",
                 self.stats.spooled,
                 self.run_id,
-                self.spool_dir,
-                self.spool_dir,
+                self.spool.run_dir,
+                self.spool.run_dir,
             )
 
     def drop(self) -> None:
-        with self._spool_lock:
-            for writer in self._spool_writers.values():
-                writer.drop()
-            self._spool_writers = {}
-        self.client.drop()
-        self._closing.set()  # the parent's sender threads do not exist in the child
+        """After fork, in the child: the parent's threads are not here; forget its files."""
+        self.spool.drop()
+        self._finished = True
 
-    # -- scheduling (under self._cond) --------------------------------------------------------
+    # -- under the lock -----------------------------------------------------------------------
 
-    def _can_send(self, lane: str) -> bool:
-        return (
-            self._stopped is None and self._healthy and self._in_flight[lane] < MAX_IN_FLIGHT[lane]
-        )
+    def _settled(self, lane: str) -> bool:
+        health = self.health
+        if health.state is Health.STOPPED:
+            return True
+        if not self._queues[lane] and not self._sending[lane]:
+            return True
+        assert self._close_began is not None
+        if health.state is not Health.DOWN or health.probing:
+            return False
+        if health.failed_at < self._close_began:
+            return False  # not tried since close began: a probe is on its way
+        return time.monotonic() - health.heard_at >= self.give_up_after
 
-    def _dispatch(self, lane: str, upload: _Upload) -> None:
-        self._in_flight[lane] += 1
-        if upload.spooled_at is None:
-            self._unspooled[lane] += 1
-        self._pending[id(upload)] = upload
-        self._work.put(upload)
+    def _in_memory(self, lane: str) -> list[_Upload]:
+        queued = [u for u in self._queues[lane] if u.ref is None]
+        return queued + [u for u in self._sending[lane] if u.ref is None]
 
-    def _pump(self, lane: str) -> None:
-        """Start sends from the backlog: all free slots when healthy, one probe when not."""
-        backlog = self._backlog[lane]
-        while backlog and self._stopped is None and not self._closing.is_set():
-            if self._healthy and self._in_flight[lane] < MAX_IN_FLIGHT[lane]:
-                self._dispatch(lane, backlog.popleft())
-            elif not self._healthy and sum(self._in_flight.values()) == 0:
-                self._dispatch(lane, backlog.popleft())  # the probe
-                return
-            else:
-                return
+    def _next(self, lane: str) -> _Upload | None:
+        """The next upload this lane's sender may send (waits for one); None: stop."""
+        queue = self._queues[lane]
+        while not self._finished:
+            health = self.health
+            if queue and health.state is Health.UP:
+                break
+            if queue and health.state is Health.DOWN and not health.probing:
+                wait = health.retry_at - time.monotonic()
+                if wait <= 0:
+                    health.probing = True
+                    break
+                self._cond.wait(wait)
+                continue
+            self._cond.wait()
+        else:
+            return None
+        upload = queue.popleft()
+        if upload.ref is not None and upload.batch is None:
+            self._on_disk[lane] -= 1
+        self._sending[lane].add(upload)
+        return upload
+
+    def _release(self, upload: _Upload) -> None:
+        if upload.in_memory:
+            upload.in_memory = False
+            self._memory -= upload.nbytes
 
     # -- sender threads -----------------------------------------------------------------------
 
-    def _send_loop(self) -> None:
-        while not self._closing.is_set():
+    def _send_loop(self, lane: str) -> None:
+        while True:
+            with self._cond:
+                upload = self._next(lane)
+            if upload is None:
+                return
             try:
-                upload = self._work.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            self._send(upload)
+                self._send(upload)
+            except _SpoolLost as exc:
+                self._settle(upload, "reject", exc.__cause__ or exc)
+            except APIError as exc:
+                self._settle(upload, disposition(exc).value, exc)
+            except Exception as exc:  # a bug of ours: keep the batch, say what happened
+                self.stats.record_error("uploading a batch", exc)
+                self._settle(upload, "retry", exc)
+            else:
+                self._settle(upload, "written", None)
 
     def _send(self, upload: _Upload) -> None:
-        lane = _lane(upload.stream)
-        if not self._healthy:
-            delay = min(MAX_PROBE_DELAY, backoff_delay(self._failures))
-            if self._closing.wait(delay):
-                self._settle(upload, lane, "spool")
-                return
-        outcome = "spool"
-        try:
-            body = self._body(upload)
-            if self._before_first_send is not None:
-                retrying(self._before_first_send, deadline=time.monotonic() + SEND_PATIENCE)
-                self._before_first_send = None
-            retrying(
-                lambda: self._post(upload, body),
-                deadline=time.monotonic() + SEND_PATIENCE,
-                stop=self._closing,
-            )
-            outcome = "written"
-        except APIError as exc:
-            verdict = disposition(exc)
-            if verdict is Disposition.STOP:
-                self._stop(exc)
-            elif verdict is Disposition.REJECT:
-                self.stats.count_failed(self.name, upload.count, exc, "uploading a batch")
-                outcome = "rejected"
-        except Exception as exc:  # a bug of ours: keep the batch, say what happened
-            if not self._closing.is_set():  # after close the client is gone; the batch is spooled
-                self.stats.record_error("uploading a batch", exc)
-        self._settle(upload, lane, outcome)
+        batch = upload.batch
+        if batch is not None:
+            parts = batch.parts
+        else:
+            assert upload.ref is not None
+            try:
+                parts = [self.spool.read(upload.ref)]
+            except OSError as exc:
+                raise _SpoolLost from exc
+        if self._before_first_send is not None:
+            with self._create_lock:
+                if self._before_first_send is not None:
+                    self._before_first_send()
+                    self._before_first_send = None
+        self.wire.upload(self.run_id, upload.stream, parts, key=upload.key)
 
-    def _settle(self, upload: _Upload, lane: str, outcome: str) -> None:
-        if outcome == "spool" and upload.spooled_at is None:
-            self._spool(upload)
-        if outcome == "written":
-            self.stats.count_written(upload.stream, upload.count)
-        if outcome != "spool" and upload.spooled_at is not None:
-            self._ack(upload)
-            self.stats.count_spooled(-upload.count)
-        with self._cond:
-            self._pending.pop(id(upload), None)
-            self._in_flight[lane] -= 1
-            if outcome == "spool":
-                self._failures += 1
-                self._healthy = False
-                if self._unhealthy_since is None:
-                    self._unhealthy_since = time.monotonic()
-                if upload.spooled_at is not None and not self._closing.is_set():
-                    self._backlog[lane].appendleft(upload)
+    def _settle(self, upload: _Upload, outcome: str, error: BaseException | None) -> None:
+        lane = upload.lane
+        if outcome in ("written", "reject"):
+            if outcome == "written":
+                self.stats.count_written(upload.stream, upload.records)
             else:
-                self._failures = 0
-                self._healthy = True
-                self._unhealthy_since = None
-            self._unspooled[lane] = sum(
-                1 for u in self._pending.values() if _lane(u.stream) == lane and not u.spooled_at
-            )
-            for name in MAX_IN_FLIGHT:
-                self._pump(name)
-            self._cond.notify_all()
-
-    def _post(self, upload: _Upload, body: bytes) -> None:
-        self.client.upload(self.run_id, upload.stream, [body], key=upload.key)
-
-    def _body(self, upload: _Upload) -> bytes:
-        return upload.frame if upload.frame is not None else self._read_spooled(upload)
-
-    def _stop(self, exc: APIError) -> None:
+                assert error is not None
+                self.stats.count_failed(self.name, upload.records, error, "uploading a batch")
+            with self._cond:
+                upload.done, ref = True, upload.ref
+                self._sending[lane].discard(upload)
+                self._release(upload)
+                upload.batch = None
+                self.health.answered()
+                self.health.probing = False
+                self._cond.notify_all()
+            if ref is not None:  # it was in the spool too: sync must skip it
+                self.spool.ack(ref, upload.key)
+                self.stats.count_spooled(-upload.records)
+            return
+        assert error is not None
+        kept = self._spool(upload)
         with self._cond:
-            if self._stopped is None:
-                self._stopped = f"{type(exc).__name__}: {exc}"
-        self.stats.record_error(
-            f"uploading to {self.client.base_url} (uploads stopped; records are kept in the "
-            f"spool at {self.spool_dir} for `openruns sync`)",
-            exc,
-        )
+            self._sending[lane].discard(upload)
+            upload.batch = None
+            self._release(upload)
+            if outcome == "stop":
+                self.health.stopped(error)
+            else:
+                self.health.failed(error)
+            self.health.probing = False
+            if kept:
+                self._queues[lane].appendleft(upload)  # first again when the server is back
+                self._on_disk[lane] += 1
+            self._cond.notify_all()
+        if outcome == "stop":
+            self.stats.record_error(
+                f"uploading to {self.wire.base_url} (uploads stopped; records are kept in the "
+                f"spool at {self.spool.run_dir} for `openruns sync`)",
+                error,
+            )
 
     # -- the spool ----------------------------------------------------------------------------
 
-    def _spool(self, upload: _Upload) -> None:
-        with self._spool_lock:
-            frame = upload.frame
-            if frame is None or upload.spooled_at is not None:
-                return  # already on disk (or dropped): close and a failing send can race here
-            if self._spooled_bytes + len(frame) > self.spool_bytes:
-                self.stats.count_dropped(upload.count)
-                self.stats.record_error(
-                    "spooling a batch",
-                    RuntimeError(
-                        f"the spool at {self.spool_dir} is full ({self.spool_bytes} bytes); "
-                        "records are dropped until the server takes the backlog"
-                    ),
-                )
-                upload.frame = None
-                return
-            writer = self._spool_writers.get(upload.stream)
-            if writer is None:
-                writer = SegmentWriter(self.spool_dir / upload.stream, self.writer_id)
-                self._spool_writers[upload.stream] = writer
-            segment, offset = writer.append(frame)
-            self._spooled_bytes += len(frame)
-            upload.spooled_at = (segment, offset, len(frame))
-            upload.frame = None  # memory goes back; the frame is read from disk when sent
-        self.stats.count_spooled(upload.count)
-        lane = _lane(upload.stream)
+    def _spool(self, upload: _Upload) -> bool:
+        """Put `upload` on disk (once; memory is freed unless a send is using it). False: it
+        is gone (did not fit: counted dropped, or already acknowledged)."""
         with self._cond:
-            if id(upload) not in self._pending:
-                self._backlog[lane].append(upload)
-
-    def _spool_in_flight(self, lane: str) -> None:
-        """Put every in-flight upload of `lane` that exists only in memory on disk."""
+            if upload.ref is not None:
+                return True
+            batch = upload.batch
+            if upload.done or batch is None:
+                return False
+        ref = self.spool.put(batch)
+        if ref is None:
+            self.stats.count_dropped(upload.records)
+            self.stats.record_error(
+                "spooling a batch",
+                RuntimeError(
+                    f"the spool at {self.spool.run_dir} is full ({self.spool.max_bytes} bytes); "
+                    "records are dropped until the server takes the backlog"
+                ),
+            )
+            with self._cond:
+                upload.batch = None
+                self._release(upload)
+                self._cond.notify_all()
+            return False
         with self._cond:
-            only_in_memory = [
-                u
-                for u in self._pending.values()
-                if _lane(u.stream) == lane and u.spooled_at is None and u.frame is not None
-            ]
-        for upload in only_in_memory:
-            self._spool(upload)
+            done = upload.done
+            if not done:
+                upload.ref = ref
+                lane = upload.lane
+                if upload not in self._sending[lane]:
+                    upload.batch = None  # the spool holds it now
+                    self._release(upload)
+                    if upload in self._queues[lane]:
+                        self._on_disk[lane] += 1
+                self._cond.notify_all()
+        if done:  # acknowledged while it was being written: nothing to keep
+            self.spool.ack(ref, upload.key)
+            return False
+        self.stats.count_spooled(upload.records)
+        return True
 
-    def _read_spooled(self, upload: _Upload) -> bytes:
-        assert upload.spooled_at is not None
-        segment, offset, length = upload.spooled_at
-        stream_dir = self.spool_dir / upload.stream
-        for name in (segment + ".open", segment):
-            try:
-                with open(stream_dir / name, "rb") as fh:
-                    fh.seek(offset)
-                    return fh.read(length)
-            except FileNotFoundError:
-                continue
-        raise FileNotFoundError(f"spooled segment {segment} is gone from {stream_dir}")
 
-    def _ack(self, upload: _Upload) -> None:
-        """Record that a spooled batch reached the server, so `openruns sync` skips it."""
-        line = orjson.dumps({"key": upload.key}) + b"\n"
-        with self._spool_lock, open(self.spool_dir / upload.stream / "acked.ndjson", "ab") as fh:
-            fh.write(line)
+class _SpoolLost(Exception):
+    """A spooled batch can no longer be read (its segment is gone or damaged)."""
+
+
+def _lane(stream: str) -> str:
+    return "metrics" if stream == "metrics" else "records"
 
 
 def _remaining(deadline: float | None) -> float | None:

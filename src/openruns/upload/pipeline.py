@@ -4,46 +4,56 @@ episodes (a step's metrics are visible while its multi-MB rollouts still encode)
 
     log_metrics()  --> "metrics": queue --> encoder thread --> handoff --> sink thread --+
     log_episodes() --> "records": queue --> encoder thread --> handoff --> sink thread --+-> Sink
-    log_traces()                  (refs)    to_mapping, stamp,  (batches)  compress,
-                                            orjson, batch                  write / send
+    log_traces()                  (refs)    to_mapping, stamp,  (pieces,   compress each
+                                            orjson in pieces,   bounded    frame, complete
+                                            cut frames/batches  in bytes)  batches, write/send
 
 Within a lane, work is split over two threads because encoding holds the GIL while zstd (and
-the network) release it: the encoder builds the next batch while the sink thread compresses and
-writes or sends the last one. The sink does the accounting (Stats): every accepted record ends
-up written, spooled, failed or dropped, and close() counts what its deadline left behind.
+the network) release it: the encoder cuts the next frame while the sink thread compresses the
+last one. Memory is bounded in bytes, not records: the handoff holds at most HANDOFF_BYTES of
+encoded pieces per lane (the encoder waits beyond), and the sink bounds the compressed batches
+it holds. A record is never held whole, encoded: it streams through in frame-sized pieces.
+
+Threads sleep on their queue or a deadline, never on a poll: the encoder wakes when records
+arrive (metric rows: when WAKE_AT_RECORDS wait or when the oldest is MAX_BATCH_AGE old), the
+sink thread when a frame is handed on. The sink does the accounting (Stats): every accepted
+record ends up written, spooled, failed or dropped, and close() counts what its deadline left.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from ..records import MetricsCleaner, index_fields, record_step, stamp_run, to_mapping
-from . import fork
-from .encoder import (
-    Batch,
-    BatchBuilder,
-    Piece,
-    encode_metrics_row,
-    encode_record,
-    yield_gil,
+from ..records import (
+    MetricsCleaner,
+    index_fields,
+    nonfinite_paths,
+    record_kind,
+    record_step,
+    stamp_run,
+    to_mapping,
 )
-from .queue import Item, RecordQueue
+from ..rundir import Batch
+from . import fork
+from .batching import BatchAssembler, FrameCutter, FrameInput
+from .encoder import Coercer, Piece, encode_metrics_row, iter_pieces, yield_gil
+from .queue import ByteQueue, Item, RecordQueue
 from .stats import Stats
 
 __all__ = ["Pipeline", "Sink", "metrics_item"]
 
 logger = logging.getLogger("openruns")
 
-POLL_SECONDS = 0.2
-# A batch is handed on when it is this old even if not full, so readers see data within ~1 s.
+# A batch is handed on when its oldest line is this old even if not full, so readers see data
+# within about a second.
 MAX_BATCH_AGE = 1.0
-HANDOFF_BATCHES = 2
-BATCH_BYTES = 8 * 1024 * 1024
+# Lines per batch (the upload unit): ~5 MB compressed, a request every ~0.1 s at full speed.
+BATCH_BYTES = 16 * 1024 * 1024
+HANDOFF_BYTES = {"metrics": 1024 * 1024, "records": 8 * 1024 * 1024}
 LANES = {"metrics": ("metrics",), "records": ("episodes", "traces")}
 
 
@@ -92,6 +102,8 @@ class Pipeline:
 
     def _reset(self) -> None:
         self.stats = Stats()
+        self._coercer = Coercer(self.stats.converted)
+        self._named_nonfinite: set[str] = set()
         self._lanes = {name: _Lane(self, name, streams) for name, streams in LANES.items()}
         self._start_lock = threading.Lock()
         self._started = False
@@ -180,19 +192,36 @@ class Pipeline:
         self.stats.dropped_values = self._cleaner.dropped_values
         return encode_metrics_row(item.step, item.ts, values)
 
-    def record_line(
-        self, stream: str, record: Any, step: int | None
-    ) -> tuple[list[Piece], dict[str, Any]] | None:
+    def record_line(self, stream: str, record: Any, step: int | None) -> Any:
+        """(the record's pieces, lazily encoded, and its index row), or None when the record
+        cannot be read (counted failed). Encoding itself never fails: see Coercer."""
         try:
             mapping = stamp_run(to_mapping(record), self._run_id, self._run_type)
             if step is not None and record_step(mapping, None) is None:
                 # The step came from the log call: write it down, so the line alone says it.
                 mapping["step"] = step
             row = index_fields(mapping, None)
-            return encode_record(mapping), row
+            row["kind"] = record_kind(mapping, self._run_type)
+            self._check_finite(mapping)
         except Exception as exc:
             self.stats.count_failed("encode", 1, exc, f"encoding a {stream[:-1]}")
             return None
+        return iter_pieces(mapping, self._coercer), row
+
+    def _check_finite(self, record: Mapping[str, Any]) -> None:
+        paths = nonfinite_paths(record)
+        if not paths:
+            return
+        self.stats.count_converted("non-finite number as null", len(paths))
+        fresh = [p for p in dict.fromkeys(paths) if p not in self._named_nonfinite]
+        if fresh:
+            self._named_nonfinite.update(fresh)
+            logger.warning(
+                "openruns: records hold NaN or infinite numbers, which JSON cannot hold; "
+                "stored as null: %s (each field is named once; counted in the run's losses "
+                "as converted_values)",
+                ", ".join(fresh),
+            )
 
 
 class _Lane:
@@ -203,7 +232,7 @@ class _Lane:
         self.name = name
         self.streams = streams
         self.queue = RecordQueue(pipeline._max_records)
-        self.handoff: queue.Queue[Any] = queue.Queue(HANDOFF_BATCHES)
+        self.handoff = ByteQueue(HANDOFF_BYTES[name])
         self.threads: list[threading.Thread] = []
         self.stopped = False
 
@@ -226,46 +255,55 @@ class _Lane:
 
     def _encode_loop(self) -> None:
         pipeline = self.pipeline
-        builders = {s: BatchBuilder(s, pipeline._batch_bytes) for s in self.streams}
-        wakeup = self.queue.wakeup
+        cutters = {s: FrameCutter(s, pipeline._batch_bytes) for s in self.streams}
         while True:
-            wakeup.wait(POLL_SECONDS)
-            wakeup.clear()
+            self.queue.wait(_until_oldest_is_due(cutters.values()))
             for item in self.queue.take_all():
                 if item.kind == "barrier":
-                    for builder in builders.values():
-                        self._hand_on(builder.take())
+                    for cutter in cutters.values():
+                        self._hand_on(cutter.cut())
                     self.handoff.put(item.payload)
                     if isinstance(item.payload, _Stop):
                         return
                     continue
-                builder = builders[item.kind]
+                cutter = cutters[item.kind]
                 if item.kind == "metrics":
-                    self._hand_on(builder.add(pipeline.metrics_line(item)))
+                    for work in cutter.add(pipeline.metrics_line(item), None):
+                        self._hand_on(work)
                     yield_gil()
                     continue
                 for record in item.payload:
                     encoded = pipeline.record_line(item.kind, record, item.step)
                     if encoded is not None:
-                        self._hand_on(builder.add(*encoded))
+                        try:
+                            for work in cutter.add(*encoded):
+                                self._hand_on(work)
+                        except Exception as exc:  # the record could not be encoded after all
+                            what = f"encoding a {item.kind[:-1]}"
+                            pipeline.stats.count_failed("encode", 1, exc, what)
                     yield_gil()
-            for builder in builders.values():
-                if builder.age() >= MAX_BATCH_AGE:
-                    self._hand_on(builder.take())
+            now = time.monotonic()
+            for cutter in cutters.values():
+                since = cutter.pending_since
+                if since is not None and now - since >= MAX_BATCH_AGE:
+                    self._hand_on(cutter.cut())
 
-    def _hand_on(self, batch: Batch | None) -> None:
-        if batch is not None:
-            self.handoff.put(batch)
+    def _hand_on(self, work: FrameInput | None) -> None:
+        if work is not None:
+            self.handoff.put(work, work.size)
 
     def _sink_loop(self, sink: Sink) -> None:
         stats = self.pipeline.stats
+        assemblers = {s: BatchAssembler(s) for s in self.streams}
         while True:
             work = self.handoff.get()
-            if isinstance(work, Batch):
-                try:
-                    sink.write(work)
-                except Exception as exc:
-                    stats.count_failed(sink.name, work.count, exc, f"writing to {sink.name}")
+            if isinstance(work, FrameInput):
+                batch = assemblers[work.stream].add(work)
+                if batch is not None:
+                    try:
+                        sink.write(batch)
+                    except Exception as exc:
+                        stats.count_failed(sink.name, batch.records, exc, f"writing to {sink.name}")
                 continue
             stop = isinstance(work, _Stop)
             try:
@@ -278,6 +316,14 @@ class _Lane:
             if stop:
                 return
             work.done.set()
+
+
+def _until_oldest_is_due(cutters: Any) -> float | None:
+    """Seconds until the oldest line held by a cutter is MAX_BATCH_AGE old (None: none held)."""
+    times = [c.pending_since for c in cutters if c.pending_since is not None]
+    if not times:
+        return None
+    return max(0.0, min(times) + MAX_BATCH_AGE - time.monotonic())
 
 
 def metrics_item(values: Mapping[str, Any], step: int, ts: float) -> Item:

@@ -24,6 +24,8 @@ class Stats:
         self.dropped = 0  # refused by a full spool, or not drained before finish's deadline
         self.spooled = 0  # currently on disk waiting to be sent
         self.dropped_values = 0  # non-finite / non-numeric metric values
+        # values in records JSON cannot hold, by what they were stored as ("bytes as base64")
+        self.converted: dict[str, int] = {}
         self.errors: list[str] = []
         self.first_error: BaseException | None = None
         self._seen: set[str] = set()
@@ -39,6 +41,10 @@ class Stats:
     def count_dropped(self, n: int) -> None:
         with self._lock:
             self.dropped += n
+
+    def count_converted(self, what: str, n: int) -> None:
+        with self._lock:
+            self.converted[what] = self.converted.get(what, 0) + n
 
     def count_failed(self, where: str, n: int, exc: BaseException, what: str) -> None:
         with self._lock:

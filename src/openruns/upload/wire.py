@@ -40,6 +40,7 @@ from ..errors import (
     UnauthorizedError,
     error_for_status,
 )
+from ..rundir import BATCH_CONTENT_TYPE
 
 __all__ = [
     "BATCH_CONTENT_TYPE",
@@ -53,10 +54,6 @@ __all__ = [
 T = TypeVar("T")
 MAX_RETRY_AFTER = 60.0
 MAX_BACKOFF = 30.0
-# An upload body in the run-directory batch format (rundir.py): a skippable zstd frame holding
-# the batch header (its index rows among them), then the batch's zstd frames. Servers that do
-# not know the type read it as zstd-encoded NDJSON (the header frame is skipped by zstd).
-BATCH_CONTENT_TYPE = "application/vnd.openruns.batch+zstd"
 _ABANDONED: list[httpx.Client] = []
 
 

@@ -39,9 +39,11 @@ async def post_episodes(
     x_openruns_stream: Annotated[Stream, Header()] = "episodes",
 ) -> JSON:
     """
-    NDJSON records, one JSON object per line: episodes (objects with a `traces` list) or bare
-    traces (`X-Openruns-Stream: traces`), compressed as for metrics. Stored as one immutable
-    segment plus an index row per record.
+    Episodes (objects with a `traces` list) or bare traces (`X-Openruns-Stream: traces`), stored
+    as one immutable segment plus an index row per record. Either NDJSON, one JSON object per
+    line, compressed as for metrics (the server parses, indexes and frames it), or, with
+    `Content-Type: application/vnd.openruns.batch+zstd`, the SDK's batch: a header frame with
+    one index row per record, then zstd frames stored as they are (see openruns.rundir).
     """
     run = await writable_run(state, caller, run_id)
     return JSON(await upload_episodes(state, request, run, idempotency_key, x_openruns_stream))

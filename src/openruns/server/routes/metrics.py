@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 
+from ...rundir import BATCH_CONTENT_TYPE
 from ..handlers import JSON
 from ..ingest import upload_metrics
 from ..models import MetricKey, MetricSeries, MetricsReceipt
@@ -16,10 +17,13 @@ __all__ = ["NDJSON_BODY", "UploadKey", "router"]
 
 router = APIRouter(tags=["metrics"])
 
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+# NDJSON from any client; the SDK sends a batch (a zstd stream whose first frame, skipped by
+# zstd, is the batch header), which reads as zstd-encoded NDJSON too.
 NDJSON_BODY = {
     "requestBody": {
         "required": True,
-        "content": {"application/x-ndjson": {"schema": {"type": "string", "format": "binary"}}},
+        "content": {"application/x-ndjson": _BINARY, BATCH_CONTENT_TYPE: _BINARY},
     }
 }
 UploadKey = Annotated[
@@ -27,7 +31,10 @@ UploadKey = Annotated[
     Header(
         min_length=1,
         max_length=256,
-        description="sha256:<hex of the uncompressed body>; a repeat answers the first receipt",
+        description=(
+            "the upload's key (the SDK's batch key; default: sha256:<hex of the decompressed "
+            "body>); a repeat answers the first receipt"
+        ),
     ),
 ]
 
@@ -43,7 +50,8 @@ async def post_metrics(
 ) -> JSON:
     """
     NDJSON rows `{"step": int, "ts": float, "values": {"key": number}}`, with
-    `Content-Encoding: zstd | gzip | identity`. Merged per (step, key): last write wins.
+    `Content-Encoding: zstd | gzip | identity` (the SDK's batches are zstd streams whose header
+    frame zstd skips). Merged per (step, key): last write wins.
     """
     run = await writable_run(state, caller, run_id)
     return JSON(await upload_metrics(state, request, run, idempotency_key))

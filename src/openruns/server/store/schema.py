@@ -170,6 +170,8 @@ episodes = Table(
     Column("stream", String(16), nullable=False),
     Column("episode_id", String(256), nullable=False),
     Column("step", BigInteger),
+    # train or eval: the record's run.work.type, else its run's kind (migration 0004)
+    Column("kind", String(16)),
     Column("reward", Float),
     Column("env", Text),
     Column("ok", Boolean),

@@ -140,13 +140,13 @@ class Store:
         stored already (then the blob just written stays unreferenced)."""
 
         def write(conn: Connection) -> dict[str, Any]:
-            prior = get_receipt(conn, run_seq, "episodes", key)
+            prior = get_receipt(conn, run_seq, stream, key)
             if prior is not None:
                 return prior
             now = time.time()
             episodes.add_segment(conn, run_seq, stream, blob_key, nbytes, index, now)
             receipt = {"status": "committed", "records": len(index), "receipt": key}
-            put_receipt(conn, run_seq, "episodes", key, receipt, now)
+            put_receipt(conn, run_seq, stream, key, receipt, now)
             return receipt
 
         return await self.db.write(write)
