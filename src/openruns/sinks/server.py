@@ -235,7 +235,7 @@ class ServerSink:
         if not self._queues[lane] and not self._sending[lane]:
             return True
         assert self._close_began is not None
-        if health.state is not Health.DOWN or health.probing:
+        if health.state is not Health.DOWN:
             return False
         if health.failed_at < self._close_began:
             return False  # not tried since close began: a probe is on its way

@@ -210,8 +210,8 @@ def _text(value: Any) -> str:
 def _type_name(value: Any) -> str:
     cls = type(value)
     if cls.__module__ in ("builtins", "__main__"):
-        return cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}"
+        return cls.__name__
+    return f"{cls.__module__}.{cls.__name__}"
 
 
 _last_yield = 0.0

@@ -278,7 +278,7 @@ def backoff_delay(attempt: int, error: BaseException | None = None) -> float:
     """Seconds before retry `attempt` (0-based): Retry-After, else 0.5·2^n ±20 %, at most 30."""
     if isinstance(error, RetryableAPIError) and error.retry_after is not None:
         return error.retry_after
-    return min(MAX_BACKOFF, 0.5 * 2**attempt) * random.uniform(0.8, 1.2)
+    return min(MAX_BACKOFF, 0.5 * 2 ** min(attempt, 16)) * random.uniform(0.8, 1.2)
 
 
 def _chunks(parts: Sequence[bytes]) -> Iterator[bytes]:

@@ -1,0 +1,184 @@
+"""The server sink against a fake wire client: retries, the spool, order, memory, stop, close."""
+
+from __future__ import annotations
+
+import threading
+
+import orjson
+import pytest
+
+from openruns.errors import (
+    BadRequestError,
+    RetryableAPIError,
+    TransportError,
+    UnauthorizedError,
+)
+from openruns.rundir import Batch, Spool, acked_keys, iter_batches, segment_paths
+from openruns.sinks import server as sink_module
+from openruns.sinks.server import Health, ServerSink
+from openruns.upload.batching import BatchAssembler, FrameCutter
+from openruns.upload.stats import Stats
+
+from .fakewire import FakeWire
+
+
+def batch(stream: str, *values: int) -> Batch:
+    cutter, assembler = FrameCutter(stream, 1 << 30), BatchAssembler(stream)
+    for value in values:
+        line = [orjson.dumps({"id": f"r{value}", "v": value}), b"\n"]
+        row = None if stream == "metrics" else {"id": f"r{value}"}
+        for work in cutter.add(line, row):
+            assembler.add(work)
+    out = assembler.add(cutter.cut())
+    assert out is not None
+    return out
+
+
+def values(wire: FakeWire, stream: str) -> list[int]:
+    return [orjson.loads(line)["v"] for line in wire.records(stream)]
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch):
+    monkeypatch.setattr(sink_module, "MAX_PROBE_DELAY", 0.0)  # probes at once: milliseconds
+
+
+@pytest.fixture
+def make_sink(tmp_path):
+    sinks: list[ServerSink] = []
+
+    def make(wire: FakeWire, **options) -> ServerSink:
+        spool = Spool(tmp_path, "w1", options.pop("spool_bytes", 10**9))
+        options.setdefault("memory_bytes", 10**9)
+        options.setdefault("give_up_after", 10.0)
+        sink = ServerSink(wire, "run", spool, Stats(), **options)
+        sinks.append(sink)
+        return sink
+
+    yield make
+    for sink in sinks:  # never leave sender threads behind
+        for streams in (("metrics",), ("episodes", "traces")):
+            if sink._closed_lanes != {"metrics", "records"}:
+                sink.close(streams, deadline=0.0)
+
+
+def close(sink: ServerSink, timeout: float = 10.0) -> None:
+    import time
+
+    for streams in (("metrics",), ("episodes", "traces")):
+        sink.close(streams, time.monotonic() + timeout)
+
+
+def test_everything_is_delivered_once_and_in_order_through_transient_failures(make_sink):
+    wire = FakeWire()
+    wire.fail_next("upload", RetryableAPIError("busy", 503, retry_after=0.0), times=2)
+    wire.fail_next("upload", TransportError("reset"), times=2)
+    lost_answer = TransportError("stored, but the answer was lost")
+
+    def stored_then_lost() -> None:
+        raise lost_answer
+
+    wire.fail_next("upload", stored_then_lost, times=3)
+    sink = make_sink(wire)
+    for i in range(50):
+        sink.write(batch("metrics", i))
+    close(sink)
+    assert values(wire, "metrics") == list(range(50))  # each once, in the order written
+    stats = sink.stats
+    assert (stats.written, stats.failed, stats.dropped, stats.spooled) == (
+        {"metrics": 50},
+        {},
+        0,
+        0,
+    )
+    assert sink.health.state is Health.UP and not sink.gave_up
+
+
+def test_a_down_server_gets_the_spool_then_everything_from_it(make_sink, tmp_path):
+    wire = FakeWire()
+    down = threading.Event()
+    wire.fail_next("upload", TransportError("connection refused"), times=10**6)  # down
+    sink = make_sink(wire)
+    for i in range(20):
+        sink.write(batch("episodes", i))
+    sink.flush(("episodes", "traces"), deadline=None)
+    assert sink.health.state is Health.DOWN and sink.stats.spooled == 20
+    on_disk = [b.records for p in segment_paths(tmp_path / "episodes") for b in iter_batches(p)]
+    assert sum(on_disk) == 20  # durable in the run directory, for `openruns sync` too
+    wire._failures["upload"].clear()  # the server is back
+    down.set()
+    for i in range(20, 25):
+        sink.write(batch("episodes", i))
+    close(sink)
+    assert sorted(values(wire, "episodes")) == list(range(25))
+    assert sink.stats.spooled == 0 and sink.stats.written == {"episodes": 25}
+    assert segment_paths(tmp_path / "episodes") == []  # acknowledged: deleted
+    assert sink.spool.bytes_used == 0
+
+
+def test_a_rejected_batch_is_counted_and_the_rest_goes_on(make_sink):
+    wire = FakeWire()
+    wire.fail_next("upload", BadRequestError("line 3: invalid JSON", 400))
+    sink = make_sink(wire)
+    for i in range(5):
+        sink.write(batch("metrics", i))
+    close(sink)
+    assert values(wire, "metrics") == [1, 2, 3, 4]
+    assert sink.stats.failed == {"server": 1}
+    assert "invalid JSON" in sink.stats.errors[0]
+
+
+def test_a_wrong_key_stops_sending_and_keeps_everything_for_sync(make_sink, tmp_path):
+    wire = FakeWire()
+    wire.fail_next("upload", UnauthorizedError("bad key", 401))
+    sink = make_sink(wire)
+    for i in range(6):
+        sink.write(batch("metrics", i))
+    close(sink)
+    assert wire.records("metrics") == [] and sink.health.state is Health.STOPPED
+    assert sink.stats.spooled == 6 and sink.gave_up
+    assert "openruns sync" in sink.stats.errors[0]
+    assert len(wire.calls) == 1  # nothing more was tried
+
+
+def test_close_gives_up_on_a_silent_server_with_everything_durable(make_sink, tmp_path):
+    wire = FakeWire()
+    wire.fail_next("upload", TransportError("connection refused"), times=10**6)
+    sink = make_sink(wire, give_up_after=0.0, silent_since=0.0)  # down since init
+    for i in range(4):
+        sink.write(batch("metrics", i))
+    close(sink, timeout=300)  # the budget is not waited out
+    assert sink.gave_up and sink.stats.spooled == 4
+    assert acked_keys(tmp_path / "metrics") == set()
+    assert sum(b.records for p in segment_paths(tmp_path / "metrics") for b in iter_batches(p)) == 4
+
+
+def test_memory_held_never_passes_the_bound(make_sink):
+    wire = FakeWire()
+    release = threading.Event()
+    wire.fail_next("upload", lambda: release.wait(10), times=10**6)  # stores, then hangs
+    one = batch("episodes", 0).nbytes
+    sink = make_sink(wire, memory_bytes=3 * one)
+    peak = 0
+    writer = threading.Thread(target=lambda: [sink.write(batch("episodes", i)) for i in range(20)])
+    writer.start()
+    for _ in range(200):
+        peak = max(peak, sink._memory)
+        writer.join(0.001)
+    assert writer.is_alive()  # the writer waits for room: the pipeline upstream feels it
+    release.set()
+    writer.join(10)
+    close(sink)
+    assert peak <= 3 * one + one // 2 and sorted(values(wire, "episodes")) == list(range(20))
+
+
+def test_a_full_spool_drops_counts_and_names_it(make_sink):
+    wire = FakeWire()
+    wire.fail_next("upload", TransportError("connection refused"), times=10**6)
+    one = batch("metrics", 0).nbytes
+    sink = make_sink(wire, spool_bytes=2 * one, give_up_after=0.0)
+    for i in range(5):
+        sink.write(batch("metrics", i))
+    close(sink)
+    assert sink.stats.spooled == 2 and sink.stats.dropped == 3
+    assert any("spool" in e and "full" in e for e in sink.stats.errors)
