@@ -308,6 +308,14 @@ class SegmentWriter:
         """Forget an inherited descriptor without closing or flushing it (after fork)."""
         self._fd = None
 
+    def discard(self) -> None:
+        """Close and delete the open segment (its every batch is already elsewhere)."""
+        if self._fd is None:
+            return
+        os.close(self._fd)
+        self._fd = None
+        (self.stream_dir / (self._name + ".open")).unlink(missing_ok=True)
+
     def _open_next(self) -> None:
         self.stream_dir.mkdir(parents=True, exist_ok=True)
         self._seq += 1
@@ -381,9 +389,14 @@ class Spool:
             with open(self.run_dir / ref.stream / "acked.ndjson", "ab") as fh:
                 fh.write(line)
             state = self._segments.get((ref.stream, ref.segment))
-            if state is not None:
-                state.unacked -= 1
-                self._delete_if_done(ref.stream, ref.segment)
+            if state is None:
+                return
+            state.unacked -= 1
+            writer = self._writers.get(ref.stream)
+            if state.unacked <= 0 and writer is not None and writer.open_segment == ref.segment:
+                writer.discard()  # the backlog is delivered: the next batch starts a new one
+                state.sealed = True
+            self._delete_if_done(ref.stream, ref.segment)
 
     def sync(self, streams: tuple[str, ...]) -> None:
         with self._lock:

@@ -173,17 +173,19 @@ class _Sync:
         body = {k: meta[k] for k in fields if meta.get(k) is not None}
         body.setdefault("kind", "eval")
         body["id"] = self.run_id
+        if isinstance(meta.get("created_at"), (int, float)):
+            body["created_at"] = meta["created_at"]  # the run's own start, not the sync's
         self.retried(lambda: self.wire.create_run(body, key=self.run_id))
 
-    def unacknowledged(self) -> Iterable[tuple[str, StoredBatch]]:
+    def unacknowledged(self, count_skipped: bool = True) -> Iterable[tuple[str, StoredBatch]]:
         for stream in STREAMS:
             acked = acked_keys(self.run_dir / stream)
             for path in segment_paths(self.run_dir / stream):
                 for batch in iter_batches(path):
-                    if batch.key in acked:
-                        self.result.skipped += 1
-                    else:
+                    if batch.key not in acked:
                         yield stream, batch
+                    elif count_skipped:
+                        self.result.skipped += 1
 
     def upload(self, stream: str, batch: StoredBatch) -> None:
         stream_dir = self.run_dir / stream
@@ -202,7 +204,10 @@ class _Sync:
         _append(stream_dir / "acked.ndjson", batch.key)
 
     def close(self, meta: dict[str, Any]) -> str | None:
+        """Set the final status (with the run's own end time) and what is still not
+        delivered; returns the status the server has."""
         status, error = meta.get("status"), meta.get("error")
+        ended = meta.get("finished_at")
         if status == RunStatus.RUNNING.value and _owner_is_gone(meta):
             owner = meta.get("owner") or {}
             status = RunStatus.CRASHED.value
@@ -210,20 +215,42 @@ class _Sync:
                 f"the process that owned the run (pid {owner.get('pid')} on {owner.get('host')}) "
                 "ended without closing it (found by openruns sync)"
             )
+            ended = _last_activity(self.run_dir)
+        losses = self.losses(meta)
         if status is None or status == RunStatus.RUNNING.value:
             return status
-        body = {
+        body: dict[str, Any] = {
             "status": status,
             "error": error,
             "summary": meta.get("summary") or {},
-            "losses": meta.get("losses") or {},
+            "losses": losses,
         }
+        if isinstance(ended, (int, float)):
+            body["finished_at"] = body["last_heartbeat_at"] = ended
         try:
-            self.retried(lambda: self.wire.finish_run(self.run_id, body))
+            done = self.retried(lambda: self.wire.finish_run(self.run_id, body))
         except ConflictError:
-            current = self.wire.get_run(self.run_id)
-            return str(current.get("status"))  # closed before with another status; theirs stands
-        return status
+            done = self.wire.get_run(self.run_id)  # closed before with another status
+        if done.get("losses") != losses:  # it was closed before: say what arrived since
+            self.retried(lambda: self.wire.patch_run(self.run_id, {"losses": losses}))
+        return str(done.get("status"))
+
+    def losses(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """The run's losses as its owner recorded them, with what is still only on disk."""
+        losses = dict(meta.get("losses") or {"dropped_records": 0, "failed_records": {}})
+        spooled = sum(batch.records for _, batch in self.unacknowledged(count_skipped=False))
+        losses["spooled_records"] = spooled
+        if self.result.rejected:
+            failed = dict(losses.get("failed_records") or {})
+            failed["server"] = failed.get("server", 0) + self.result.rejected
+            losses["failed_records"] = failed
+        return losses
+
+
+def _last_activity(run_dir: Path) -> float | None:
+    """When anything in the run directory was last written: a dead owner's last sign of life."""
+    times = [p.stat().st_mtime for p in run_dir.rglob("*") if p.is_file()]
+    return max(times) if times else None
 
 
 def _delete_acknowledged(stream_dir: Path) -> None:

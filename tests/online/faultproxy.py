@@ -28,9 +28,22 @@ FAULTS = (
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, rate: float, seed: int = 0, hang_seconds: float = 3.0):
+    """
+    `rule(method, path)` may choose the fault of a request itself (a name from FAULTS, or
+    "503_before": a 503 with Retry-After: 1), before the random draw; None leaves it to the draw.
+    """
+
+    def __init__(
+        self,
+        upstream: str,
+        rate: float,
+        seed: int = 0,
+        hang_seconds: float = 3.0,
+        rule=None,
+    ):
         self.upstream = upstream.rstrip("/")
         self.rate = rate
+        self.rule = rule
         self.hang_seconds = hang_seconds
         self.faults: dict[str, int] = {}
         self.requests = 0
@@ -68,11 +81,13 @@ class FaultProxy:
             await self._stopping.wait()
         await self._client.aclose()
 
-    def _draw(self) -> str | None:
+    def _draw(self, method: str, target: str) -> str | None:
         self.requests += 1
-        if self._rng.random() >= self.rate:
-            return None
-        fault = self._rng.choice(FAULTS)
+        fault = self.rule(method, target.split("?")[0]) if self.rule else None
+        if fault is None:
+            if self._rng.random() >= self.rate:
+                return None
+            fault = self._rng.choice(FAULTS)
         self.faults[fault] = self.faults.get(fault, 0) + 1
         return fault
 
@@ -83,11 +98,14 @@ class FaultProxy:
                 if request is None:
                     return
                 method, target, headers, body = request
-                fault = self._draw()
+                fault = self._draw(method, target)
                 if fault == "reset_before":
                     return
                 if fault == "502_before":
                     await _respond(writer, 502, {}, b"bad gateway")
+                    continue
+                if fault == "503_before":
+                    await _respond(writer, 503, {"Retry-After": "1"}, b"busy")
                     continue
                 upstream = await self._client.request(
                     method, target, headers=_forwarded(headers), content=body

@@ -182,3 +182,26 @@ def test_a_full_spool_drops_counts_and_names_it(make_sink):
     close(sink)
     assert sink.stats.spooled == 2 and sink.stats.dropped == 3
     assert any("spool" in e and "full" in e for e in sink.stats.errors)
+
+
+def test_the_spool_takes_new_batches_once_its_backlog_is_delivered(make_sink, tmp_path):
+    wire = FakeWire()
+    one = batch("metrics", 0).nbytes
+    sink = make_sink(wire, spool_bytes=5 * one)  # a backlog of 3, and 1 behind it
+    for outage in range(3):  # each outage fills the spool; each recovery empties it
+        wire.fail_next("upload", TransportError("connection refused"), times=10**6)
+        for i in range(3):
+            sink.write(batch("metrics", 10 * outage + i))
+        sink.flush(("metrics",), deadline=None)
+        assert sink.stats.spooled == 3 and sink.spool.bytes_used >= 3 * one
+        wire._failures["upload"].clear()
+        sink.write(batch("metrics", 10 * outage + 9))  # behind the backlog, in order
+        sink.flush(("metrics",), deadline=None)
+        while sink.stats.spooled:
+            sink.flush(("metrics",), deadline=None)
+        assert sink.spool.bytes_used == 0 and segment_paths(tmp_path / "metrics") == []
+    close(sink)
+    assert sink.stats.dropped == 0
+    assert values(wire, "metrics") == [
+        v for o in range(3) for v in (10 * o, 10 * o + 1, 10 * o + 2, 10 * o + 9)
+    ]

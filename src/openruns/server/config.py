@@ -64,8 +64,9 @@ class ServerSettings:
     auth: bool | None = None
     insecure: bool = False
     public_url: str | None = None
-    # A running run silent this long becomes crashed.
-    heartbeat_timeout: float = 300.0
+    # A running run silent this long becomes crashed (owners heartbeat every quarter of it, at
+    # most every 10 s); with the sweep every quarter, a SIGKILLed producer shows within 60 s.
+    heartbeat_timeout: float = 45.0
     # Uploads to a finished run are still accepted this long, so the SDK's final drain lands.
     finish_grace: float = 60.0
     # Token bucket per API key / run token: requests per second and burst. 0 turns it off.

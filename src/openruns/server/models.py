@@ -6,9 +6,10 @@ handlers build responses as plain dicts and serialize them with orjson).
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from ..spec import MAX_CONFIG_SOURCE_BYTES
 
@@ -38,6 +39,19 @@ ShortText = Annotated[str, StringConstraints(max_length=1024)]
 LongText = Annotated[str, StringConstraints(max_length=100_000)]
 TeamId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 Status = Literal["running", "completed", "failed", "cancelled", "crashed"]
+# Clocks differ between machines; a time this far ahead of the server's is still accepted.
+CLOCK_SKEW = 300.0
+
+
+def _not_in_the_future(value: float) -> float:
+    if value > time.time() + CLOCK_SKEW:
+        raise ValueError("the time is in the future (epoch seconds, by the server's clock)")
+    return value
+
+
+# A time of the run's own (epoch seconds), given by `openruns sync` for a run that happened
+# before it was uploaded; it can only move that run's own times, never past the present.
+PastTime = Annotated[float, Field(ge=0), AfterValidator(_not_in_the_future)]
 Terminal = Literal["completed", "failed", "cancelled", "crashed"]
 Count = Annotated[int, Field(ge=0, le=MAX_INT)]
 
@@ -73,6 +87,9 @@ class RunCreate(_Body):
     config: ConfigIn | None = None
     training: dict[str, Any] | None = None
     team_id: TeamId | None = None
+    created_at: PastTime | None = Field(
+        None, description="when the run started, for a run uploaded later (openruns sync)"
+    )
 
 
 class RunPatch(_Body):
@@ -87,6 +104,12 @@ class RunFinish(_Body):
     error: LongText | None = None
     summary: dict[str, Any] | None = None
     losses: Losses | None = None
+    finished_at: PastTime | None = Field(
+        None, description="when the run ended, for a run uploaded later (openruns sync)"
+    )
+    last_heartbeat_at: PastTime | None = Field(
+        None, description="the run's last sign of life, for a run uploaded later"
+    )
 
 
 class RunOut(BaseModel):

@@ -100,6 +100,7 @@ class _Upload:
     nbytes: int
     ref: SpoolRef | None = None  # on disk once spooled
     in_memory: bool = False  # counted in the sink's memory
+    spooling: bool = False  # being written to the spool (by one thread: a flush or a failure)
     done: bool = False  # acknowledged or rejected: nothing more to keep
 
     @property
@@ -320,15 +321,16 @@ class ServerSink:
                 self.stats.count_failed(self.name, upload.records, error, "uploading a batch")
             with self._cond:
                 upload.done, ref = True, upload.ref
-                self._sending[lane].discard(upload)
                 self._release(upload)
                 upload.batch = None
                 self.health.answered()
                 self.health.probing = False
-                self._cond.notify_all()
             if ref is not None:  # it was in the spool too: sync must skip it
                 self.spool.ack(ref, upload.key)
                 self.stats.count_spooled(-upload.records)
+            with self._cond:  # settled only now: close() and flush() count on it
+                self._sending[lane].discard(upload)
+                self._cond.notify_all()
             return
         assert error is not None
         kept = self._spool(upload)
@@ -358,12 +360,19 @@ class ServerSink:
         """Put `upload` on disk (once; memory is freed unless a send is using it). False: it
         is gone (did not fit: counted dropped, or already acknowledged)."""
         with self._cond:
+            self._cond.wait_for(lambda: not upload.spooling)
             if upload.ref is not None:
                 return True
             batch = upload.batch
             if upload.done or batch is None:
                 return False
-        ref = self.spool.put(batch)
+            upload.spooling = True
+        try:
+            ref = self.spool.put(batch)
+        finally:
+            with self._cond:
+                upload.spooling = False
+                self._cond.notify_all()
         if ref is None:
             self.stats.count_dropped(upload.records)
             self.stats.record_error(

@@ -110,10 +110,12 @@ async def patch_run(run_id: str, body: RunPatch, state: State, caller: Caller) -
     responses={409: {"description": "the run already finished with another status"}},
 )
 async def finish_run(run_id: str, body: RunFinish, state: State, caller: Caller) -> JSON:
-    """Close a running run. The same status again is a no-op (200); another one is 409."""
+    """Close a running run. The same status again is a no-op (200); another one is 409.
+    `finished_at` and `last_heartbeat_at` (a run uploaded later) default to now."""
     run = await writable_run(state, caller, run_id)
     changes = {k: v for k, v in body.model_dump(include={"summary", "losses"}).items() if v}
-    run = await state.store.finish_run(run, body.status, body.error, changes)
+    times = body.model_dump(include={"finished_at", "last_heartbeat_at"}, exclude_none=True)
+    run = await state.store.finish_run(run, body.status, body.error, changes, times)
     return JSON(public_run(state, run))
 
 

@@ -85,6 +85,7 @@ def create_run(
             raise conflict("run_id_taken", f"run id {fields['id']!r} is already in use")
         return existing, False
     tags = _unique(fields.get("tags") or [])
+    created_at = min(now, fields.get("created_at") or now)  # a run's own start (openruns sync)
     values = {
         "id": fields["id"],
         "team_id": team_id,
@@ -102,10 +103,11 @@ def create_run(
         "error": None,
         "summary": "{}",
         "losses": dump_json(NO_LOSSES, "losses"),
-        "created_at": now,
+        "created_at": created_at,
         "updated_at": now,
         "finished_at": None,
-        "last_heartbeat_at": None,
+        # A run uploaded later is alive now (its uploader is): not stale before its finish.
+        "last_heartbeat_at": now if created_at < now else None,
     }
     seq = conn.execute(insert(runs).values(values)).inserted_primary_key[0]
     _set_tags(conn, seq, tags)
@@ -168,15 +170,22 @@ def finish_run(
     error: str | None,
     changes: dict[str, Any],
     now: float,
+    times: dict[str, float] | None = None,
 ) -> bool:
     """
     Compare-and-set running -> `status`. True when this call finished the run, False when it
     already had this status (nothing changes); 409 when it has another terminal status.
+    `times` may give the run's own finished_at and last_heartbeat_at (a run uploaded later),
+    kept between its creation and now.
     """
+    values: dict[str, Any] = {"status": status, "error": error, "finished_at": now}
+    created = conn.execute(select(runs.c.created_at).where(runs.c.seq == seq)).scalar_one()
+    for name, value in (times or {}).items():
+        values[name] = min(now, max(created, value))
     done = conn.execute(
         update(runs)
         .where(runs.c.seq == seq, runs.c.status == "running")
-        .values(status=status, error=error, finished_at=now, updated_at=now)
+        .values(**values, updated_at=now)
     ).rowcount
     if done:
         if changes:
@@ -198,11 +207,17 @@ def heartbeat(conn: Connection, seq: int, now: float) -> str:
     return conn.execute(select(runs.c.status).where(runs.c.seq == seq)).scalar_one()
 
 
-def stale_error(run: dict[str, Any], now: float, timeout: float) -> str | None:
-    """The crash message when `run` is running and silent past `timeout`, else None."""
+def stale_error(
+    run: dict[str, Any], now: float, timeout: float, listening_since: float = 0.0
+) -> str | None:
+    """
+    The crash message when `run` is running and silent past `timeout`, else None. Silence
+    counts from `listening_since` at the earliest (when this server started): heartbeats sent
+    while the server was down are not the run's fault.
+    """
     if run["status"] != "running":
         return None
-    last = run["last_heartbeat_at"] or run["created_at"]
+    last = max(run["last_heartbeat_at"] or run["created_at"], listening_since)
     if now - last <= timeout:
         return None
     return (
@@ -211,7 +226,13 @@ def stale_error(run: dict[str, Any], now: float, timeout: float) -> str | None:
     )
 
 
-def crash_stale(conn: Connection, now: float, timeout: float, seq: int | None = None) -> int:
+def crash_stale(
+    conn: Connection,
+    now: float,
+    timeout: float,
+    seq: int | None = None,
+    listening_since: float = 0.0,
+) -> int:
     """Mark running runs silent past `timeout` as crashed (one run, or all); returns how many."""
     query = select(runs.c.seq, runs.c.status, runs.c.created_at, runs.c.last_heartbeat_at).where(
         runs.c.status == "running"
@@ -220,7 +241,7 @@ def crash_stale(conn: Connection, now: float, timeout: float, seq: int | None = 
         query = query.where(runs.c.seq == seq)
     crashed = 0
     for row in conn.execute(query).mappings().all():
-        message = stale_error(dict(row), now, timeout)
+        message = stale_error(dict(row), now, timeout, listening_since)
         if message is None:
             continue
         crashed += conn.execute(

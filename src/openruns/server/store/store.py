@@ -30,6 +30,8 @@ class Store:
     def __init__(self, db: Database, heartbeat_timeout: float):
         self.db = db
         self.heartbeat_timeout = heartbeat_timeout
+        # Runs are not crashed for silence from before this server started (it was down).
+        self.started_at = time.time()
         self.secret: bytes = db.write_sync(keys.server_secret)
 
     @classmethod
@@ -64,7 +66,7 @@ class Store:
     async def list_runs(self, **filters: Any) -> list[dict[str, Any]]:
         page = await self.db.read(lambda conn: runs.list_runs(conn, **filters))
         now = time.time()
-        if any(runs.stale_error(r, now, self.heartbeat_timeout) for r in page):
+        if any(runs.stale_error(r, now, self.heartbeat_timeout, self.started_at) for r in page):
             await self.sweep()
             page = await self.db.read(lambda conn: runs.list_runs(conn, **filters))
         return page
@@ -74,9 +76,17 @@ class Store:
         return await self._reread(run)
 
     async def finish_run(
-        self, run: dict[str, Any], status: str, error: str | None, changes: dict[str, Any]
+        self,
+        run: dict[str, Any],
+        status: str,
+        error: str | None,
+        changes: dict[str, Any],
+        times: dict[str, float] | None = None,
     ) -> dict[str, Any]:
-        await self.db.write(runs.finish_run, run["seq"], status, error, changes, time.time())
+        """`times`: the run's own finished_at / last_heartbeat_at (a run uploaded later)."""
+        await self.db.write(
+            runs.finish_run, run["seq"], status, error, changes, time.time(), times or {}
+        )
         return await self._reread(run)
 
     async def heartbeat(self, run: dict[str, Any]) -> str:
@@ -84,12 +94,16 @@ class Store:
 
     async def sweep(self) -> int:
         """Mark every run silent past the heartbeat timeout as crashed."""
-        return await self.db.write(runs.crash_stale, time.time(), self.heartbeat_timeout)
+        return await self.db.write(
+            runs.crash_stale, time.time(), self.heartbeat_timeout, None, self.started_at
+        )
 
     async def _fresh(self, run: dict[str, Any]) -> dict[str, Any]:
-        if runs.stale_error(run, time.time(), self.heartbeat_timeout) is None:
+        if runs.stale_error(run, time.time(), self.heartbeat_timeout, self.started_at) is None:
             return run
-        await self.db.write(runs.crash_stale, time.time(), self.heartbeat_timeout, run["seq"])
+        await self.db.write(
+            runs.crash_stale, time.time(), self.heartbeat_timeout, run["seq"], self.started_at
+        )
         return await self._reread(run)
 
     async def _reread(self, run: dict[str, Any]) -> dict[str, Any]:
