@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import logging
 import numbers
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -214,18 +215,18 @@ def _type_name(value: Any) -> str:
     return f"{cls.__module__}.{cls.__name__}"
 
 
-_last_yield = 0.0
-YIELD_EVERY = 0.0002
+YIELD_EVERY = 0.0001
+_yields = threading.local()
 
 
 def yield_gil() -> None:
     """
     Let a thread waiting for the GIL (the producer, its event loop) run now, instead of after
     the interpreter's 5 ms switch interval: sleep(0) releases the GIL. Called between pieces of
-    work; it sleeps at most once per YIELD_EVERY seconds of work, so small pieces cost nothing.
+    work; each thread sleeps at most once per YIELD_EVERY seconds of its own work, so small
+    pieces cost nothing and no thread holds the GIL much longer than that.
     """
-    global _last_yield
     now = time.perf_counter()
-    if now - _last_yield >= YIELD_EVERY:
+    if now - getattr(_yields, "last", 0.0) >= YIELD_EVERY:
         time.sleep(0)
-        _last_yield = time.perf_counter()
+        _yields.last = time.perf_counter()
