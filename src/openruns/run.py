@@ -26,8 +26,7 @@ from .records import clean_finite
 from .settings import Settings
 from .spec import ConfigSource, RunStatus
 from .upload import fork
-from .upload.pipeline import Pipeline, metrics_item
-from .upload.queue import Item
+from .upload.pipeline import Pipeline
 
 __all__ = ["Run"]
 
@@ -180,7 +179,7 @@ class Run:
             raise TypeError(f"values must be a mapping, got {type(values).__name__}")
         step = self._next_step(step)
         if self._pipeline is not None:
-            self._pipeline.put(metrics_item(dict(values), step, time.time()))
+            self._pipeline.put("metrics", dict(values), 1, step, time.time())
 
     def log_episodes(self, episodes: Iterable[Any], *, step: int | None = None) -> None:
         """
@@ -206,7 +205,7 @@ class Run:
         batch = list(records)
         if batch and self._pipeline is not None:
             fallback = step if step is not None else (self._step if self._step >= 0 else None)
-            self._pipeline.put(Item(stream, batch, len(batch), fallback, 0.0))
+            self._pipeline.put(stream, batch, len(batch), fallback, 0.0)
 
     def update_summary(self, values: Mapping[str, Any]) -> None:
         """Merge `values` (non-finite numbers dropped) into the run's summary."""

@@ -44,7 +44,7 @@ from .encoder import Coercer, Piece, encode_metrics_row, iter_pieces, yield_gil
 from .queue import ByteQueue, Item, RecordQueue
 from .stats import Stats
 
-__all__ = ["Pipeline", "Sink", "metrics_item"]
+__all__ = ["Pipeline", "Sink"]
 
 logger = logging.getLogger("openruns")
 
@@ -116,11 +116,13 @@ class Pipeline:
 
     # -- producer side: cheap, never blocking -------------------------------------------------
 
-    def put(self, item: Item) -> bool:
+    def put(self, kind: str, payload: Any, count: int, step: int | None, ts: float) -> bool:
+        """Queue one log_* call: `payload` is a metrics dict (kind metrics) or a list of
+        records (kind episodes or traces); False when it was refused (counted as dropped)."""
         if not self._started:
             self.start()  # a forked child starts its threads on first use
-        lane = self._lanes["metrics" if item.kind == "metrics" else "records"]
-        return lane.queue.put(item)
+        lane = self._lanes["metrics" if kind == "metrics" else "records"]
+        return lane.queue.put(kind, payload, count, step, ts)
 
     @property
     def dropped(self) -> int:
@@ -148,7 +150,7 @@ class Pipeline:
         deadline = None if timeout is None else time.monotonic() + timeout
         barriers = [_Barrier(deadline) for _ in self._lanes]
         for lane, barrier in zip(self._lanes.values(), barriers, strict=True):
-            lane.queue.put_control(Item("barrier", barrier, 0, None, 0.0))
+            lane.queue.put_control(barrier)
         return all(b.done.wait(_remaining(deadline)) for b in barriers)
 
     def close(self, timeout: float | None) -> bool:
@@ -162,7 +164,7 @@ class Pipeline:
         # The sink must be done (its leftovers spooled) a little before the threads are given up.
         sink_deadline = None if timeout is None else deadline - min(2.0, 0.2 * timeout)
         for lane in self._lanes.values():
-            lane.queue.put_control(Item("barrier", _Stop(sink_deadline), 0, None, 0.0))
+            lane.queue.put_control(_Stop(sink_deadline))
         for lane in self._lanes.values():
             lane.join(deadline)
         if all(lane.stopped for lane in self._lanes.values()):
@@ -324,10 +326,6 @@ def _until_oldest_is_due(cutters: Any) -> float | None:
     if not times:
         return None
     return max(0.0, min(times) + MAX_BATCH_AGE - time.monotonic())
-
-
-def metrics_item(values: Mapping[str, Any], step: int, ts: float) -> Item:
-    return Item("metrics", values, 1, step, ts)
 
 
 def _remaining(deadline: float | None) -> float | None:

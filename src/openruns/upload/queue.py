@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 __all__ = ["ByteQueue", "Item", "RecordQueue"]
@@ -31,7 +32,7 @@ WAKE_AT_RECORDS = 1024
 
 
 class Item(NamedTuple):
-    """One log_* call. kind: metrics | episodes | traces | barrier."""
+    """One log_* call, as the encoder sees it. kind: metrics | episodes | traces | barrier."""
 
     kind: str
     payload: Any
@@ -45,28 +46,36 @@ class RecordQueue:
         self.max_records = max_records
         self.wakeup = threading.Event()
         self.dropped = 0
-        self._items: collections.deque[Item] = collections.deque()
+        # A call is two entries: (kind, count, step, ts), a tuple of untracked values, which the
+        # garbage collector stops tracking at its first pass, then its payload (a metrics dict
+        # of numbers is never tracked). No per-call object stays tracked while it waits, so
+        # thousands of waiting rows never make the collector's passes, which the producer pays
+        # for, slower. Producers append the head first, so a visible payload has its head.
+        self._heads: collections.deque[tuple[str, int, int | None, float]] = collections.deque()
+        self._payloads: collections.deque[Any] = collections.deque()
         self._lock = threading.Lock()  # producers only
         self._accepted = 0  # written under _lock by producers
         self._taken = 0  # written by the encoder thread only, which never takes _lock
         self._in_burst = False
         self._idle = False  # the encoder sleeps with no deadline: any put must wake it
 
-    def put(self, item: Item) -> bool:
-        """Queue `item`, or refuse it (counted) when the bound would be passed. Never blocks."""
+    def put(self, kind: str, payload: Any, count: int, step: int | None, ts: float) -> bool:
+        """Queue one call (an Item's fields), or refuse it (counted) when the bound would be
+        passed. Never blocks."""
         with self._lock:
             queued = self._accepted - self._taken
-            accepted = queued + item.count <= self.max_records
+            accepted = queued + count <= self.max_records
             if accepted:
-                self._accepted += item.count
-                self._items.append(item)
+                self._accepted += count
+                self._heads.append((kind, count, step, ts))
+                self._payloads.append(payload)
                 first_refusal = False
             else:
-                self.dropped += item.count
+                self.dropped += count
                 first_refusal = not self._in_burst
             self._in_burst = not accepted
         if accepted:
-            if self._idle or item.kind != "metrics" or queued >= WAKE_AT_RECORDS:
+            if self._idle or kind != "metrics" or queued >= WAKE_AT_RECORDS:
                 self._idle = False
                 self.wakeup.set()
         elif first_refusal:
@@ -74,37 +83,35 @@ class RecordQueue:
                 "openruns: upload queue full (%d records waiting); dropped the %d records of "
                 "this call, and counts further drops until it drains (run.dropped_records)",
                 queued,
-                item.count,
+                count,
             )
         return accepted
 
-    def put_control(self, item: Item) -> None:
+    def put_control(self, payload: Any) -> None:
         """Queue a barrier. Bypasses the bound and the lock: lifecycle paths must never wait."""
-        self._items.append(item)
+        self._heads.append(("barrier", 0, None, 0.0))
+        self._payloads.append(payload)
         self.wakeup.set()
 
     def wait(self, timeout: float | None) -> None:
         """Encoder thread: sleep until woken or `timeout` seconds (None: until woken)."""
         if timeout is None:
             self._idle = True
-            if self._items:  # a put between the last take and `_idle` did not wake us
+            if self._payloads:  # a put between the last take and `_idle` did not wake us
                 self._idle = False
                 return
         self.wakeup.wait(timeout)
         self._idle = False
         self.wakeup.clear()
 
-    def take_all(self) -> list[Item]:
-        """Everything queued now, oldest first (encoder thread only)."""
-        items = []
-        popleft = self._items.popleft
-        while True:
-            try:
-                items.append(popleft())
-            except IndexError:
-                break
-        self._taken += sum(i.count for i in items if i.kind != "barrier")
-        return items
+    def take_all(self) -> Iterator[Item]:
+        """What is queued now, oldest first, one at a time (encoder thread only): each Item
+        lives only while it is encoded."""
+        heads, payloads = self._heads.popleft, self._payloads.popleft
+        for _ in range(len(self._payloads)):
+            kind, count, step, ts = heads()
+            self._taken += count
+            yield Item(kind, payloads(), count, step, ts)
 
     @property
     def accepted(self) -> int:
