@@ -18,3 +18,5 @@ load-test:
 load-test-full:
 	uv run python benchmarks/online_load.py --episodes 1000
 	uv run python benchmarks/online_load.py --episodes 10000 --fixed-mb 2.2
+	uv run python benchmarks/online_load.py --burst 10000
+	uv run python benchmarks/idle_cpu.py

@@ -29,13 +29,15 @@ async def read_body(request: Request, limit: int, on_chunk: Callable[[int], None
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _body_too_large(limit)
-    buf = bytearray()
+    chunks: list[bytes] = []
+    size = 0
     async for chunk in request.stream():
         on_chunk(len(chunk))
-        buf += chunk
-        if len(buf) > limit:
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
             raise _body_too_large(limit)
-    return bytes(buf)
+    return b"".join(chunks)  # one copy of the body, however many chunks it came in
 
 
 def decompress(body: bytes, encoding: str | None, cap: int) -> bytes:

@@ -28,6 +28,9 @@ class LocalSink:
         writer.append(batch.parts)
         self.stats.count_written(batch.stream, batch.records)
 
+    def closing(self, deadline: float | None) -> None:
+        pass  # writes never wait
+
     def flush(self, streams: tuple[str, ...], deadline: float | None) -> None:
         for stream in streams:
             if stream in self._writers:

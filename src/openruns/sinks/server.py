@@ -145,6 +145,7 @@ class ServerSink:
         self._sending: dict[str, set[_Upload]] = {lane: set() for lane in SENDERS}
         self._memory = 0
         self._close_began: float | None = None
+        self._close_deadline: float | None = None  # past it, write() spools instead of waiting
         self._closed_lanes: set[str] = set()
         self._finished = False
         for lane, count in SENDERS.items():
@@ -166,12 +167,22 @@ class ServerSink:
                     self._queues[lane].append(upload)
                     self._cond.notify_all()
                     return
-                self._cond.wait()
+                left = _remaining(self._close_deadline)
+                if left == 0.0:
+                    break  # close is due: to disk, not another wait for room
+                self._cond.wait(left)
         if self._spool(upload):
             with self._cond:
                 self._queues[lane].append(upload)
                 self._on_disk[lane] += 1
                 self._cond.notify_all()
+
+    def closing(self, deadline: float | None) -> None:
+        """close() is coming (after the batches still on their way): past `deadline`, a batch
+        that finds no room in memory goes to the spool rather than wait."""
+        with self._cond:
+            self._close_deadline = deadline
+            self._cond.notify_all()
 
     def flush(self, streams: tuple[str, ...], deadline: float | None) -> None:
         """Everything written before is acknowledged or on disk (durable) in the spool."""

@@ -66,6 +66,7 @@ class Sink(Protocol):
     name: str
 
     def write(self, batch: Batch) -> None: ...  # raising fails the whole batch
+    def closing(self, deadline: float | None) -> None: ...  # close() is coming: stop waiting
     def flush(self, streams: tuple[str, ...], deadline: float | None) -> None: ...
     def close(self, streams: tuple[str, ...], deadline: float | None) -> None: ...
     def drop(self) -> None: ...  # after fork: forget inherited descriptors, never flush them
@@ -163,6 +164,8 @@ class Pipeline:
         deadline = None if timeout is None else time.monotonic() + timeout
         # The sink must be done (its leftovers spooled) a little before the threads are given up.
         sink_deadline = None if timeout is None else deadline - min(2.0, 0.2 * timeout)
+        if self._sink is not None:
+            self._sink.closing(sink_deadline)
         for lane in self._lanes.values():
             lane.queue.put_control(_Stop(sink_deadline))
         for lane in self._lanes.values():
