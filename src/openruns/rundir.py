@@ -281,7 +281,11 @@ class SegmentWriter:
             self._open_next()
         assert self._fd is not None
         offset = self._size
-        self._size += _write_all(self._fd, parts)
+        try:
+            self._size += _write_all(self._fd, parts)
+        except OSError:
+            os.ftruncate(self._fd, offset)  # no torn batch in the middle of the segment
+            raise
         name = self._name
         if self._size >= self.roll_bytes:
             self.seal()
@@ -386,8 +390,11 @@ class Spool:
         """The server has the batch (or refused it for good): `openruns sync` skips it."""
         line = orjson.dumps({"key": key}) + b"\n"
         with self._lock:
-            with open(self.run_dir / ref.stream / "acked.ndjson", "ab") as fh:
-                fh.write(line)
+            try:
+                with open(self.run_dir / ref.stream / "acked.ndjson", "ab") as fh:
+                    fh.write(line)
+            except OSError:
+                pass  # not recorded: `openruns sync` sends it again, the server keeps it once
             state = self._segments.get((ref.stream, ref.segment))
             if state is None:
                 return

@@ -49,7 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--base-url", help="the server (default: OPENRUNS_BASE_URL)")
     parser.add_argument("--api-key", help="an API key (default: OPENRUNS_API_KEY)")
-    parser.add_argument("--parallel", type=int, default=4, help="runs uploaded at once")
+    parser.add_argument(
+        "--parallel", type=int, default=4, help="runs uploaded at once (default: 4)"
+    )
 
 
 @dataclass

@@ -205,3 +205,24 @@ def test_the_spool_takes_new_batches_once_its_backlog_is_delivered(make_sink, tm
     assert values(wire, "metrics") == [
         v for o in range(3) for v in (10 * o, 10 * o + 1, 10 * o + 2, 10 * o + 9)
     ]
+
+
+def test_a_full_disk_under_the_spool_is_counted_and_the_sink_goes_on(make_sink, monkeypatch):
+    wire = FakeWire()
+    wire.fail_next("upload", TransportError("reset"), times=2)  # two batches need the spool
+    sink = make_sink(wire)
+    put = sink.spool.put
+    calls = {"n": 0}
+
+    def full_disk(batch):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(28, "No space left on device")
+        return put(batch)
+
+    monkeypatch.setattr(sink.spool, "put", full_disk)
+    for i in range(6):
+        sink.write(batch("metrics", i))
+    close(sink)
+    assert sink.stats.dropped == 1 and any("No space left" in e for e in sink.stats.errors)
+    assert len(values(wire, "metrics")) == 5 and sink.stats.spooled == 0

@@ -210,9 +210,11 @@ class ServerSink:
                 left = _remaining(deadline)
                 if left == 0.0:
                     break
-                # Woken by every outcome; also when the server's silence reaches the limit.
-                silence_ends = self.health.heard_at + self.give_up_after - time.monotonic()
-                self._cond.wait(max(0.01, min(silence_ends, left if left is not None else 1e9)))
+                # Woken by every outcome; when down, also when the silence reaches the limit.
+                if self.health.state is Health.DOWN:
+                    silent_until = self.health.heard_at + self.give_up_after - time.monotonic()
+                    left = max(0.01, silent_until if left is None else min(silent_until, left))
+                self._cond.wait(left)
             if self._queues[lane] or self._sending[lane]:
                 self.gave_up = True
             waiting = self._in_memory(lane)
@@ -378,8 +380,11 @@ class ServerSink:
             if upload.done or batch is None:
                 return False
             upload.spooling = True
+        failure: OSError | None = None
         try:
             ref = self.spool.put(batch)
+        except OSError as exc:  # a full disk, say: counted like a full spool
+            ref, failure = None, exc
         finally:
             with self._cond:
                 upload.spooling = False
@@ -388,7 +393,8 @@ class ServerSink:
             self.stats.count_dropped(upload.records)
             self.stats.record_error(
                 "spooling a batch",
-                RuntimeError(
+                failure
+                or RuntimeError(
                     f"the spool at {self.spool.run_dir} is full ({self.spool.max_bytes} bytes); "
                     "records are dropped until the server takes the backlog"
                 ),
