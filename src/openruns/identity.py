@@ -22,6 +22,7 @@ __all__ = [
     "RUN_ID_ENV",
     "RUN_KIND_ENV",
     "RUN_PID_ENV",
+    "RANK_ENVS",
     "InheritedRun",
     "export_run",
     "inherited_run",
@@ -101,10 +102,15 @@ def unexport_run(run_id: str, environ: MutableMapping[str, str] | None = None) -
         env.pop(COMPAT_RUN_ID_ENV, None)
 
 
+# torchrun sets RANK and LOCAL_RANK; prime-rl sets DP_RANK on its data-parallel workers.
+RANK_ENVS = ("RANK", "LOCAL_RANK", "DP_RANK")
+
+
 def nonzero_rank(environ: Mapping[str, str] | None = None) -> str | None:
-    """`RANK=3` or `LOCAL_RANK=1` (any non-zero rank) names this process's rank, else None."""
+    """`RANK=3`, `LOCAL_RANK=1` or `DP_RANK=2` (any non-zero rank) names this process's rank,
+    else None."""
     env = os.environ if environ is None else environ
-    for name in ("RANK", "LOCAL_RANK"):
+    for name in RANK_ENVS:
         value = env.get(name, "").strip()
         if value and value != "0":
             return f"{name}={value}"

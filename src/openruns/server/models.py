@@ -22,6 +22,7 @@ __all__ = [
     "MetricsReceipt",
     "RunCreate",
     "RunCreated",
+    "RunFill",
     "RunFinish",
     "RunList",
     "RunOut",
@@ -73,6 +74,33 @@ class RunCreate(_Body):
     config: ConfigIn | None = None
     training: dict[str, Any] | None = None
     team_id: TeamId | None = None
+    resume: bool = Field(
+        False,
+        description="a process resuming the run with an explicit id: an existing run that "
+        "ended is running again (its metadata kept); a missing one is created",
+    )
+    heartbeat: bool = Field(
+        True,
+        description="false: the creator is a scheduler, not a process that heartbeats (`openruns "
+        "runs create`); the run is never marked crashed for silence, and its creator finishes it",
+    )
+
+
+class RunFill(_Body):
+    """Fields a process attached to the run sets where the run has none: its owner left them
+    unset (name, model, ...), or no other component reported a fatal error yet."""
+
+    name: ShortText | None = None
+    model: ShortText | None = None
+    environments: list[dict[str, Any]] | None = Field(None, max_length=1000)
+    framework: ShortText | None = None
+    description: LongText | None = None
+    tags: list[Tag] | None = Field(None, max_length=100)
+    config: ConfigIn | None = None
+    training: dict[str, Any] | None = None
+    error: LongText | None = Field(
+        None, description="a component's fatal error, kept while the run is running"
+    )
 
 
 class RunPatch(_Body):
@@ -80,6 +108,7 @@ class RunPatch(_Body):
     tags: list[Tag] | None = Field(None, max_length=100)
     description: LongText | None = None
     losses: Losses | None = None
+    fill: RunFill | None = Field(None, description="set each field only where the run has none")
 
 
 class RunFinish(_Body):

@@ -67,7 +67,9 @@ def create_run(
     """
     Insert a run, or return the one this create already made: (run, created). A replayed
     Idempotency-Key, or an `id` that exists in the same team, returns the existing run; an `id`
-    taken by another team is a conflict.
+    taken by another team is a conflict. `fields["resume"]`: an existing run that ended is
+    running again (a process resumes it with an explicit id). `fields["heartbeat"]` false: no
+    process heartbeats for the run (a scheduler created it), so silence never crashes it.
     """
     if create_key is not None:
         row = (
@@ -83,6 +85,20 @@ def create_run(
     if existing is not None:
         if existing["team_id"] != team_id:
             raise conflict("run_id_taken", f"run id {fields['id']!r} is already in use")
+        if fields.get("resume"):
+            conn.execute(
+                update(runs)
+                .where(runs.c.seq == existing["seq"])
+                .values(
+                    status="running",
+                    error=None,
+                    finished_at=None,
+                    updated_at=now,
+                    last_heartbeat_at=now,
+                )
+            )
+            existing = get_run(conn, fields["id"])
+            assert existing is not None
         return existing, False
     tags = _unique(fields.get("tags") or [])
     values = {
@@ -105,7 +121,8 @@ def create_run(
         "created_at": now,
         "updated_at": now,
         "finished_at": None,
-        "last_heartbeat_at": None,
+        # The create is the owner's first sign of life; a scheduler's run has no owner process.
+        "last_heartbeat_at": now if fields.get("heartbeat", True) else None,
     }
     seq = conn.execute(insert(runs).values(values)).inserted_primary_key[0]
     _set_tags(conn, seq, tags)
@@ -144,7 +161,10 @@ def list_runs(
 
 
 def patch_run(conn: Connection, seq: int, changes: dict[str, Any], now: float) -> None:
-    """Apply a PATCH: `summary` is merged key by key, the other fields replace."""
+    """Apply a PATCH: `summary` is merged key by key, `fill` sets fields where the run has
+    none, the other fields replace."""
+    if "fill" in changes:
+        _fill(conn, seq, changes["fill"])
     values: dict[str, Any] = {"updated_at": now}
     if "summary" in changes:
         current = conn.execute(select(runs.c.summary).where(runs.c.seq == seq)).scalar_one()
@@ -159,6 +179,37 @@ def patch_run(conn: Connection, seq: int, changes: dict[str, Any], now: float) -
         values["tags"] = dump_json(tags, "tags")
         _set_tags(conn, seq, tags)
     conn.execute(update(runs).where(runs.c.seq == seq).values(values))
+
+
+# A column "has none" when it holds one of these: each fill is one conditional UPDATE, so two
+# components filling at once can never both win.
+_EMPTY_JSON = {"environments": "[]", "tags": "[]"}
+_NULLABLE = ("name", "model", "framework", "description", "config", "training")
+
+
+def _fill(conn: Connection, seq: int, fields: dict[str, Any]) -> None:
+    for name, value in fields.items():
+        if value is None or value == []:
+            continue
+        column = runs.c[name]
+        if name == "error":
+            where = [column.is_(None), runs.c.status == "running"]
+        elif name in _EMPTY_JSON:
+            where = [column == _EMPTY_JSON[name]]
+        elif name in _NULLABLE:
+            where = [column.is_(None)]
+        else:
+            raise bad_request("invalid_field", f"fill: {name} cannot be filled in")
+        stored = value
+        if name == "tags":
+            value = _unique(value)
+        if name in JSON_COLUMNS:
+            stored = dump_json(value, name)
+        done = conn.execute(
+            update(runs).where(runs.c.seq == seq, *where).values({name: stored})
+        ).rowcount
+        if done and name == "tags":
+            _set_tags(conn, seq, value)
 
 
 def finish_run(
@@ -202,8 +253,8 @@ def stale_error(run: dict[str, Any], now: float, timeout: float) -> str | None:
     """The crash message when `run` is running and silent past `timeout`, else None."""
     if run["status"] != "running":
         return None
-    last = run["last_heartbeat_at"] or run["created_at"]
-    if now - last <= timeout:
+    last = run["last_heartbeat_at"]
+    if last is None or now - last <= timeout:  # None: no process heartbeats for this run
         return None
     return (
         f"no heartbeat for {int(now - last)} s: "
