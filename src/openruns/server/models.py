@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from ..spec import MAX_CONFIG_SOURCE_BYTES
 
 __all__ = [
+    "AnnotationsPage",
+    "AnnotationsReceipt",
     "EpisodeRow",
     "EpisodesPage",
     "EpisodesReceipt",
@@ -171,7 +173,11 @@ class EpisodesReceipt(BaseModel):
 
 class MetricKey(BaseModel):
     key: str
-    last_step: int
+    axis: Literal["step", "time"] = Field(
+        description="step: the key's step-keyed points; time: its rows logged without a step"
+    )
+    last_step: int | None
+    last_ts: float | None
     last_value: float
     count: int
 
@@ -183,26 +189,53 @@ class Series(BaseModel):
     max: list[float]
 
 
+class TimeSeries(BaseModel):
+    ts: list[float]
+    value: list[float]
+    min: list[float]
+    max: list[float]
+
+
 class MetricSeries(BaseModel):
     series: dict[str, Series]
     downsampled: bool
+    time: dict[str, TimeSeries] = Field(
+        description="the rows logged without a step, by time (never folded into a step)"
+    )
 
 
 class StepRow(BaseModel):
     step: int | None
     count: int
     avg_reward: float | None
+    off_policy: int = Field(
+        description="episodes of this step trained at another step than they were dispatched at"
+    )
 
 
 class EpisodeRow(BaseModel):
     id: str
     stream: str
-    step: int | None
+    step: int | None = Field(description="the step the episode was dispatched at")
     reward: float | None
     env: str | None
     ok: bool | None
     tokens: int | None
     duration: float | None
+    kind: str | None = Field(description="train | eval")
+    subset: str | None = Field(description="the cohort it was logged as (all, effective)")
+    trained_step: int | None = Field(description="the step it was trained at (annotations)")
+
+
+class AnnotationsReceipt(BaseModel):
+    status: Literal["committed"]
+    annotations: int
+    receipt: str
+
+
+class AnnotationsPage(BaseModel):
+    items: list[dict[str, Any]]
+    next_cursor: str | None
 
 
 class EpisodesPage(BaseModel):
