@@ -267,12 +267,15 @@ class Run:
                 f"log_annotations() takes an iterable of mappings, got {type(annotations).__name__}"
             )
         batch = list(annotations)
-        for annotation in batch:
+        producer = os.environ.get(COMPONENT_ENV) or "main"
+        for i, annotation in enumerate(batch):
             if not isinstance(annotation, Mapping):
                 raise TypeError(f"an annotation must be a mapping, got {type(annotation).__name__}")
             episode_id = annotation.get("episode_id")
             if not isinstance(episode_id, str) or not episode_id:
                 raise ValueError(f"an annotation needs an episode_id string, got {episode_id!r}")
+            if "producer" not in annotation:
+                batch[i] = {**annotation, "producer": producer}
         if batch and self._pipeline is not None:
             self._pipeline.put(Item("annotations", batch, len(batch), None, time.time()))
 
