@@ -71,6 +71,7 @@ def create_run(
     running again (a process resumes it with an explicit id). `fields["heartbeat"]` false: no
     process heartbeats for the run (a scheduler created it), so silence never crashes it.
     """
+    existing = None
     if create_key is not None:
         row = (
             conn.execute(
@@ -79,12 +80,12 @@ def create_run(
             .mappings()
             .first()
         )
-        if row:
-            return _run(row), False
-    existing = get_run(conn, fields["id"])
-    if existing is not None:
-        if existing["team_id"] != team_id:
+        existing = _run(row) if row else None
+    if existing is None:
+        existing = get_run(conn, fields["id"])
+        if existing is not None and existing["team_id"] != team_id:
             raise conflict("run_id_taken", f"run id {fields['id']!r} is already in use")
+    if existing is not None:
         if fields.get("resume"):
             conn.execute(
                 update(runs)
@@ -97,7 +98,7 @@ def create_run(
                     last_heartbeat_at=now,
                 )
             )
-            existing = get_run(conn, fields["id"])
+            existing = get_run(conn, existing["id"])
             assert existing is not None
         return existing, False
     tags = _unique(fields.get("tags") or [])
