@@ -104,9 +104,7 @@ def test_annotations_from_another_process_fold_in_and_give_a_step_two_meanings(
 
     e0 = api.get(f"/runs/{run.id}/episodes/e0").json()
     assert e0["info"] == {"advantage": 0.6, "ship": {"step": 1}, "effective": True}
-    assert e0["traces"][0]["annotated_branches"] == [
-        {"index": 0, "trainer_logprobs": [-0.1, -0.2]}
-    ]
+    assert e0["traces"][0]["annotated_branches"] == [{"index": 0, "trainer_logprobs": [-0.1, -0.2]}]
     assert e0["annotations"] == {"count": 3, "producers": ["main", "trainer"], "trained_step": 1}
     raw = api.get(f"/runs/{run.id}/episodes/e0", params={"annotations": "false"}).json()
     assert "annotations" not in raw and "info" not in raw

@@ -34,9 +34,7 @@ def test_a_scheduler_creates_components_attach_and_only_flush_the_scheduler_fini
     run_id = exported["OPENRUNS_RUN_ID"]
     assert exported["RUN_ID"] == run_id and exported["OPENRUNS_API_KEY"].startswith("orr_")
     for component in ("trainer", "orchestrator"):
-        proc = python(
-            COMPONENT, {**env, **exported, "OPENRUNS_COMPONENT": component}, cwd=tmp_path
-        )
+        proc = python(COMPONENT, {**env, **exported, "OPENRUNS_COMPONENT": component}, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
     doc = api.get(f"/runs/{run_id}").json()
     assert (doc["status"], doc["name"]) == ("running", "hosted")

@@ -225,3 +225,37 @@ def test_a_component_that_cannot_start_fails_the_run(tmp_path):
     _, doc = the_run(tmp_path / "runs")
     assert doc["status"] == "failed"
     assert doc["error"].startswith("RuntimeError: Trainer could not be started")
+
+
+def test_a_components_exception_is_the_runs_error(tmp_path):
+    others = script(tmp_path, "other.py", TEARDOWN)
+    trainer = script(
+        tmp_path,
+        "trainer.py",
+        """
+        import openruns
+        run = openruns.init(kind="train", name="named-by-the-trainer")
+        raise RuntimeError("boom")
+        """,
+    )
+    job = _job(
+        tmp_path,
+        f"""
+        [[component]]
+        name = "orchestrator"
+        command = ["{sys.executable}", "{others}", "{tmp_path}", "orchestrator"]
+
+        [[component]]
+        name = "trainer"
+        command = ["{sys.executable}", "{trainer}"]
+        """,
+    )
+    proc = openruns_cli("launch", str(job), cwd=tmp_path)
+    assert proc.returncode == 1
+    _, doc = the_run(tmp_path / "runs")
+    # [run] name = "job" was set by the launch: the trainer's name does not replace it.
+    assert (doc["status"], doc["error"], doc["name"]) == (
+        "failed",
+        "RuntimeError: boom (trainer)",
+        "job",
+    )

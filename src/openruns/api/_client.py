@@ -173,9 +173,7 @@ class Client:
         query = {k: v for k, v in params.items() if v is not None}
         return self._get(f"{_run_path(run_id)}/steps", query)
 
-    def episode(
-        self, run_id: str, episode_id: str, *, annotations: bool = True
-    ) -> dict[str, Any]:
+    def episode(self, run_id: str, episode_id: str, *, annotations: bool = True) -> dict[str, Any]:
         """One whole episode or trace, as it was logged, with the annotations about it folded
         in (`annotations=False`: exactly as logged)."""
         params = None if annotations else {"annotations": "false"}

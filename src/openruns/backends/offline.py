@@ -69,6 +69,8 @@ class OfflineBackend:
         if self.owner:
             path = self.run_dir / "run.json"
             doc = read_json(path) or {"format": FORMAT_VERSION}
+            for report in self.reports():  # what attached processes reported came first
+                fill_missing(doc, report)
             write_json_atomic(path, fill_missing(doc, fields))
             return
         report = {k: v for k, v in fields.items() if k in FILLABLE or k == "error"}
@@ -100,8 +102,7 @@ class OfflineBackend:
         self, status: RunStatus, error: str | None, summary: dict[str, Any], losses: dict[str, Any]
     ) -> None:
         if self.owner:
-            for report in self.reports():
-                self.fill({k: v for k, v in report.items() if k in FILLABLE})
+            self.fill({})
         self._rewrite(
             status=status.value,
             error=error,
