@@ -96,8 +96,16 @@ def test_components_attach_and_all_exiting_zero_completes(tmp_path):
     assert trainer[0]["id"] == orchestrator[0]["id"] == doc["id"]
     # The shared [monitors] block filled each component's; the orchestrator added its own field.
     both = ["all", "effective"]
-    assert trainer[0]["monitors"]["file"] == {"chunk_bytes": 1000000, "subsets": both}
-    assert orchestrator[0]["monitors"]["file"] == {"chunk_bytes": 1000000, "subsets": ["all"]}
+    assert trainer[0]["monitors"]["file"] == {
+        "chunk_bytes": 1000000,
+        "subsets": both,
+        "float_decimals": 4,
+    }
+    assert orchestrator[0]["monitors"]["file"] == {
+        "chunk_bytes": 1000000,
+        "subsets": ["all"],
+        "float_decimals": 4,
+    }
     keys = sorted(k for row in iter_stream(run_dir, "metrics") for k in row["values"])
     assert keys == ["orchestrator/x", "trainer/x"]
     # The daemon was not waited for: it was stopped once the others were done.
