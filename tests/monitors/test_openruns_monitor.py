@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from openruns.monitors import Monitors, MonitorsConfig, OpenrunsMonitorConfig
+from openruns.monitors import Monitors, MonitorsConfig, OpenrunsMonitorConfig, run_links
 from openruns.rundir import iter_stream, read_json
 
 from .helpers import episode
@@ -63,8 +63,8 @@ def test_on_its_own_it_creates_the_run_forwards_the_trained_cohort_and_completes
         (a["episode_id"], a["step"], a["producer"]) for a in iter_stream(run_dir, "annotations")
     ] == [("ep-1", 4, "orchestrator")]
     assert any("bad (nan)" in r.getMessage() for r in caplog.records)
-    link = read_json(tmp_path / "monitors" / "openruns" / "run.json")
-    assert link == {"id": doc["id"], "url": run_dir.resolve().as_uri(), "kind": "train"}
+    link = {"id": doc["id"], "url": run_dir.resolve().as_uri(), "kind": "train"}
+    assert run_links(tmp_path, config) == {"openruns": link}
 
 
 COMPONENT = """

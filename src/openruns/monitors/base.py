@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Monitor", "PartialFailure", "write_link"]
+__all__ = ["Monitor", "PartialFailure", "read_links", "write_link"]
 
 logger = logging.getLogger("openruns.monitors")
 
@@ -66,6 +66,20 @@ def write_link(output_dir: Path, name: str, record: dict[str, Any]) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         logger.warning("openruns monitors: cannot write %s: %s", path, exc)
+
+
+def read_links(output_dir: str | os.PathLike[str], names: list[str]) -> dict[str, Any]:
+    """{name: record} of the link records under `output_dir` of the monitors `names` (those
+    that wrote none are left out)."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = orjson.loads(
+                (Path(output_dir) / "monitors" / name / "run.json").read_bytes()
+            )
+        except (OSError, orjson.JSONDecodeError):
+            continue
+    return out
 
 
 class PartialFailure(Exception):

@@ -41,6 +41,7 @@ __all__ = [
     "OpenrunsMonitorConfig",
     "WandbMonitorConfig",
     "merge_monitors",
+    "run_links",
 ]
 
 # `openruns launch` hands each component its merged monitors config as JSON in this variable.
@@ -236,6 +237,20 @@ class MonitorsConfig:
         except orjson.JSONDecodeError as exc:
             raise ConfigurationError(f"${MONITORS_ENV} is not JSON: {exc}") from exc
         return cls.from_mapping(data, where=f"${MONITORS_ENV}")
+
+
+def run_links(
+    output_dir: str | os.PathLike[str], config: MonitorsConfig | None = None
+) -> dict[str, Any]:
+    """
+    Where each monitor's run lives, from the link records its monitors wrote under
+    `output_dir`: `{"openruns": {"id", "url", "kind"}, "wandb": {"id", "url"}, "file": {...}}`,
+    keyed by the monitor's config field; only the monitors `config` turns on (default: any).
+    """
+    from .base import read_links
+
+    names = [n for n, _ in config.items()] if config is not None else list(MONITOR_TYPES)
+    return read_links(output_dir, names)
 
 
 def merge_monitors(

@@ -71,8 +71,11 @@ class FileMonitorReader:
         if not root.is_dir():
             return {}
         return {
-            stream.name: [orjson.loads(line) for n in chunk_numbers(stream)
-                          for line in _chunk_lines(stream, n)]  # fmt: skip
+            stream.name: [
+                orjson.loads(line)
+                for n in chunk_numbers(stream)
+                for line in _chunk_lines(stream, n)
+            ]  # fmt: skip
             for stream in sorted(p for p in root.iterdir() if p.is_dir())
         }
 
