@@ -40,6 +40,7 @@ __all__ = ["fold", "parse_annotations", "public", "upload_annotations"]
 
 MAX_ID_CHARS = 256
 MAX_PRODUCER_CHARS = 128
+MAX_BRANCH_INDEX = 65_535  # folding makes a list this long: bound it
 _MIN_INT = -(2**63)
 
 
@@ -74,10 +75,16 @@ def parse_annotations(data: bytes, now: float) -> list[dict[str, Any]]:
             raise _bad(lineno, "info must be an object")
         branches = item.get("branches", [])
         if not isinstance(branches, list) or not all(
-            isinstance(b, dict) and type(b.get("index")) is int and b["index"] >= 0
+            isinstance(b, dict)
+            and type(b.get("index")) is int
+            and 0 <= b["index"] <= MAX_BRANCH_INDEX
             for b in branches
         ):
-            raise _bad(lineno, "branches must be a list of objects with an integer index >= 0")
+            raise _bad(
+                lineno,
+                f"branches must be a list of objects with an integer index from 0 to "
+                f"{MAX_BRANCH_INDEX}",
+            )
         producer = item.get("producer", "main")
         if not isinstance(producer, str) or not 0 < len(producer) <= MAX_PRODUCER_CHARS:
             raise _bad(lineno, f"producer must be a string of 1 to {MAX_PRODUCER_CHARS} characters")
@@ -122,7 +129,9 @@ def fold(record: bytes, rows: list[dict[str, Any]]) -> bytes:
             info = target.get("info")
             target["info"] = _merge(info if isinstance(info, dict) else {}, annotation["info"])
         for branch in annotation.get("branches") or []:
-            slots = target.setdefault("annotated_branches", [])
+            slots = target.get("annotated_branches")
+            if not isinstance(slots, list) or not all(isinstance(x, dict) for x in slots):
+                slots = target["annotated_branches"] = []
             while len(slots) <= branch["index"]:
                 slots.append({"index": len(slots)})
             slots[branch["index"]].update(branch)
