@@ -102,14 +102,12 @@ def test_a_training_run_with_metrics_one_replayed_after_a_502_is_finalized(
                 training=pr.TrainingSpec(max_steps=3, batch_size=8, rollouts_per_example=4),
                 config={"lr": 1e-6},
             )
-            logged = []
             for step in range(3):
-                values = {"loss": 1.0 / (step + 1), "opt": {"lr": 1e-6}, "_timestamp": 1000.0 + step}
-                run.log_metrics(values, step=step)
-                logged.append(values)
-                run.log_episodes([episode(10 * step + i, step=step, kind="train") for i in range(2)])
+                row = {"loss": 1 / (step + 1), "opt": {"lr": 1e-6}, "_timestamp": 1000.0 + step}
+                run.log_metrics(row, step=step)
+                run.log_episodes([episode(10 * step + i, step=step, kind="train") for i in (0, 1)])
             run.finish()
-            report(run, logged=logged)
+            report(run)
             """,
             tmp_path,
             proxy.url,
@@ -185,9 +183,7 @@ def test_opted_out_eval_rows_are_kept_and_their_episodes_stored(server, client, 
     assert stored == {r["id"]: stamped(r, run["id"], "eval") for r in report["records"]}
 
 
-def test_opted_out_training_samples_go_through_presign_put_and_confirm(
-    server, client, tmp_path
-):
+def test_opted_out_training_samples_go_through_presign_put_and_confirm(server, client, tmp_path):
     report, stderr = run_sdk(
         """
         run = pr.init(kind="train", model="m", team_id="default")
