@@ -27,7 +27,7 @@ Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max
 
 class ResolveBody(BaseModel):
     name: Name
-    team_id: str | None = None
+    team_id: Annotated[str, StringConstraints(max_length=128)] | None = None
 
 
 @router.post("/environmentshub/resolve")

@@ -59,7 +59,7 @@ class EvaluationCreate(BaseModel):
     framework: ShortText | None = None
     description: LongText | None = None
     metadata: dict[str, Any] | None = None
-    team_id: ShortText | None = None
+    team_id: Annotated[str, StringConstraints(max_length=128)] | None = None
 
 
 class EvaluationUpdate(BaseModel):
