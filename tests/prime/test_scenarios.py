@@ -61,6 +61,7 @@ def test_an_eval_by_environment_name_uploads_traces_and_finishes_with_a_summary(
     # verifiers-shaped episodes round-trip unchanged apart from the run stamp.
     assert stored == {r["id"]: stamped(r, run["id"], "eval") for r in report["records"]}
     assert {r["reward"] for r in rows} == {0.0, 0.25, 0.5, 0.75}
+    assert {r["step"] for r in rows} == {0}  # an eval is one step, browsable in the dashboard
     traces, _ = _episodes(client, run["id"], "traces")
     assert traces == {t["id"]: stamped(t, run["id"], "eval") for t in report["traces"]}
 

@@ -23,6 +23,7 @@ __all__ = [
     "PrimeCaller",
     "config_document",
     "default_name",
+    "default_step",
     "iso_time",
     "new_run_team",
     "prime_run",
@@ -133,6 +134,15 @@ def viewer_url(request: Request, state: ServerState, run_id: str) -> str:
     """The run's dashboard page, absolute (the SDK prints it)."""
     base = state.settings.public_url or str(request.base_url)
     return f"{base.rstrip('/')}/runs/{run_id}"
+
+
+def default_step(run: dict[str, Any]) -> int | None:
+    """
+    The step an episode that names none is indexed at: 0 in an eval run (an evaluation is one
+    step, as for the native SDK, whose step counter starts at 0), none in a training run (its
+    episodes carry `run.work.step`; one that does not is not at any step).
+    """
+    return 0 if run["kind"] == "eval" else None
 
 
 def default_name(stem: str | None) -> str:

@@ -31,6 +31,7 @@ from ..errors import bad_request
 from ..ingest import ingest_records
 from ..state import ServerState
 from ..store.runs import require_running_or_grace
+from .deps import default_step
 
 __all__ = [
     "confirm_train_samples",
@@ -164,4 +165,4 @@ def _episode_lines(infos: Iterable[Any], run_id: str, run_type: str) -> bytes:
 async def _store_episodes(state: ServerState, run: dict[str, Any], lines: bytes) -> None:
     if lines:
         key = f"sha256:{hashlib.sha256(lines).hexdigest()}"
-        await ingest_records(state, run, lines, key, "episodes")
+        await ingest_records(state, run, lines, key, "episodes", default_step(run))

@@ -34,7 +34,7 @@ from ..handlers import JSON
 from ..ingest import ingest_records
 from ..routes.deps import State
 from ..store.runs import require_running_or_grace
-from .deps import PrimeCaller, prime_run
+from .deps import PrimeCaller, default_step, prime_run
 
 __all__ = ["Upload", "parse_upload", "router"]
 
@@ -120,7 +120,7 @@ async def _store(
         return
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
     part_key = key if part is data else f"sha256:{await run_in_threadpool(_sha256, part)}"
-    await ingest_records(state, run, part, part_key, _LINE_FORMATS[line_format])
+    await ingest_records(state, run, part, part_key, _LINE_FORMATS[line_format], default_step(run))
     await state.store.prime_put_upload_receipt(run["seq"], key, {"line_format": line_format})
 
 
