@@ -138,9 +138,11 @@ async def update_evaluation(
 
 @router.post("/evaluations/{evaluation_id}/finalize")
 async def finalize_evaluation(
-    evaluation_id: str, body: Finalize, state: State, caller: PrimeCaller
+    evaluation_id: str, state: State, caller: PrimeCaller, body: Finalize | None = None
 ) -> JSON:
-    """Close the run completed with `metrics` as its summary; a repeat is a success."""
+    """Close the run completed with `metrics` as its summary; a repeat is a success. (The SDK
+    sends a body whose JSON would be `{}` as no body at all.)"""
+    body = body or Finalize()
     run = await prime_run(state, caller, evaluation_id)
     run = await state.store.prime_close_run(
         run, "completed", None, body.metrics or None, repeat_ok=True

@@ -60,7 +60,7 @@ async def store_eval_samples(state: ServerState, request: Request, run: dict[str
         prior = await state.store.prime_upload_receipt(run["seq"], key)
         if prior is not None:
             return int(prior["samples"])
-        rows, blob, episodes = await run_in_threadpool(_split_rows, data, run["id"])
+        rows, blob, episodes = await run_in_threadpool(_split_rows, data, run)
         blob_key = f"runs/{run['seq']}/prime/eval-samples/{secrets.token_hex(12)}.ndjson.zst"
         await run_in_threadpool(state.blobs.put_atomic, blob_key, blob)
         await _store_episodes(state, run, episodes)
@@ -70,7 +70,7 @@ async def store_eval_samples(state: ServerState, request: Request, run: dict[str
         return rows
 
 
-def _split_rows(data: bytes, run_id: str) -> tuple[int, bytes, bytes]:
+def _split_rows(data: bytes, run: dict[str, Any]) -> tuple[int, bytes, bytes]:
     """(rows, the rows as zstd NDJSON, the NDJSON of their stamped episodes)."""
     try:
         document = orjson.loads(data)
@@ -85,7 +85,7 @@ def _split_rows(data: bytes, run_id: str) -> tuple[int, bytes, bytes]:
             raise bad_request("invalid_samples", f"samples[{i}] must be an object")
         lines.append(orjson.dumps(row))
     blob = zstandard.ZstdCompressor(level=3).compress(b"".join(line + b"\n" for line in lines))
-    return len(lines), blob, _episode_lines((_info(row) for row in samples), run_id, "eval")
+    return len(lines), blob, _episode_lines((row.get("info") for row in samples), run)
 
 
 def new_train_samples_key(run_seq: int, step: int) -> str:
@@ -121,7 +121,7 @@ async def confirm_train_samples(
                 "the presigned URL first",
             )
         data = await run_in_threadpool(state.blobs.get, blob_key)
-        rows, episodes = await run_in_threadpool(_parquet_episodes, data, run["id"])
+        rows, episodes = await run_in_threadpool(_parquet_episodes, data, run)
         await _store_episodes(state, run, episodes)
         await state.store.prime_add_object(
             run["seq"], "train_samples", step, blob_key, len(data), rows, None
@@ -129,7 +129,7 @@ async def confirm_train_samples(
         return rows
 
 
-def _parquet_episodes(data: bytes, run_id: str) -> tuple[int, bytes]:
+def _parquet_episodes(data: bytes, run: dict[str, Any]) -> tuple[int, bytes]:
     """(rows, the NDJSON of the stamped episodes inside the rows' `info` column)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -146,19 +146,17 @@ def _parquet_episodes(data: bytes, run_id: str) -> tuple[int, bytes]:
             infos.append(orjson.loads(text) if isinstance(text, str) else None)
         except orjson.JSONDecodeError:
             infos.append(None)
-    return table.num_rows, _episode_lines(infos, run_id, "train")
+    return table.num_rows, _episode_lines(infos, run)
 
 
-def _info(row: dict[str, Any]) -> Any:
-    return row.get("info")
-
-
-def _episode_lines(infos: Iterable[Any], run_id: str, run_type: str) -> bytes:
+def _episode_lines(infos: Iterable[Any], run: dict[str, Any]) -> bytes:
+    """The NDJSON of the episodes in rows' `info.native_wrapper`, stamped with the run as
+    Prime Traces would have stamped them (the SDK puts them there unstamped)."""
     out = []
     for info in infos:
         episode = info.get("native_wrapper") if isinstance(info, dict) else None
         if isinstance(episode, dict):
-            out.append(orjson.dumps(stamp_run(episode, run_id, run_type)) + b"\n")
+            out.append(orjson.dumps(stamp_run(episode, run["id"], run["kind"])) + b"\n")
     return b"".join(out)
 
 

@@ -33,6 +33,7 @@ from ..errors import ApiError, bad_request, conflict
 from ..handlers import JSON
 from ..ingest import ingest_records
 from ..routes.deps import State
+from ..state import ServerState
 from ..store.runs import require_running_or_grace
 from .deps import PrimeCaller, default_step, prime_run
 
@@ -106,7 +107,12 @@ async def upload_traces(
 
 
 async def _store(
-    state: Any, run: dict[str, Any], part: bytes, data: bytes, digest: str, line_format: str
+    state: ServerState,
+    run: dict[str, Any],
+    part: bytes,
+    data: bytes,
+    digest: str,
+    line_format: str,
 ) -> None:
     """One run's lines of the batch: stored once, whatever the number of replays."""
     key = f"sha256:{digest}"
