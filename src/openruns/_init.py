@@ -59,7 +59,7 @@ def init(
       ever attaches (without a run to attach to, its run is disabled, with a warning).
     - `config`: a path (stored byte-for-byte with its format), a ConfigSource or a mapping.
     - `mode`: online (a server; default when a base URL is configured), offline (a real run
-      written under `dir`, default `./openruns`), disabled (everything accepted and discarded).
+      written under `dir`, default `./openruns-runs`), disabled (everything accepted and discarded).
 
     - `traces_opt_out` (and `PRIME_TRACES_OPT_OUT`): prime-runs' opt-out of Prime Traces,
       validated as prime-runs does and otherwise without effect: episodes always go to the

@@ -58,7 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--public-url",
         default=None,
-        help="the URL users reach the server at, for absolute run links (e.g. https://runs.example.com)",
+        help=(
+            "the URL users reach the server at, for absolute run links "
+            "(e.g. https://runs.example.com; default: relative links)"
+        ),
     )
     parser.add_argument(
         "--heartbeat-timeout",
