@@ -93,8 +93,9 @@ async def upload_traces(
                 f"the part's digest is sha256:{digest}",
             )
         groups = await run_in_threadpool(_group_by_run, data)
-        for run_id, (part, _) in groups.items():
-            run = await prime_run(state, caller, run_id)
+        # Every run first: a batch naming a run the caller may not write stores nothing.
+        runs = [await prime_run(state, caller, run_id) for run_id in groups]
+        for run, (part, _) in zip(runs, groups.values(), strict=True):
             await _store(state, run, part, data, digest, line_format)
     receipt = {
         "upload_id": digest,
