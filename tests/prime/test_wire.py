@@ -339,3 +339,25 @@ def test_overload_is_429_or_503_with_retry_after_never_500(tmp_path):
             assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
     finally:
         busy.stop()
+
+
+def test_numbers_json_allows_but_a_float_cannot_hold_are_refused_or_ignored(server):
+    with _api(server.url) as http:
+        run_id = _train(http)
+        row = b'{"run_id": "%s", "metrics": {"step": 1, "big": 1%s, "nan": NaN, "ok": 2}}' % (
+            run_id.encode(),
+            b"0" * 400,
+        )
+        headers = {"Content-Type": "application/json"}
+        answer = _ok(http.post("/rft/metrics", content=row, headers=headers))
+        assert answer["data"]["ignored"] == ["big", "nan"]
+        series = _ok(http.get(f"/runs/{run_id}/metrics", params={"max_points": 0}))["series"]
+        assert list(series) == ["ok"]
+        env = _ok(http.post("/environmentshub/resolve", json={"name": "gsm8k"}))["data"]["id"]
+        create = b'{"environments": [{"id": "%s"}], "metadata": {"n": 1%s}}' % (
+            env.encode(),
+            b"0" * 30,
+        )
+        assert _error(http.post("/evaluations/", content=create, headers=headers), 400).startswith(
+            "invalid_config"
+        )

@@ -103,7 +103,10 @@ def config_document(value: dict[str, Any] | None) -> dict[str, Any] | None:
             ).to_dict()
         except ConfigurationError:  # an unknown format or an oversized file: kept as JSON
             pass
-    return {"format": "json", "text": ConfigSource.from_mapping(value).text}
+    try:
+        return {"format": "json", "text": ConfigSource.from_mapping(value).text}
+    except ConfigurationError as exc:  # e.g. an integer beyond 64 bits
+        raise bad_request("invalid_config", f"the config cannot be stored: {exc}") from exc
 
 
 _PRIME_TERMINAL = {"completed", "failed", "cancelled", "crashed"}

@@ -16,6 +16,7 @@ an external run is an openruns run of kind train.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from typing import Annotated, Any
 
@@ -158,24 +159,33 @@ async def post_metrics(
     step = row.pop("step", None)
     if step is not None and (type(step) is not int or not 0 <= step <= MAX_STEP):
         raise bad_request("invalid_step", f"metrics.step must be an integer >= 0, got {step!r}")
-    ts = row.pop("_timestamp", None)
-    if ts is not None and (type(ts) not in (int, float)):
-        raise bad_request("invalid_timestamp", f"metrics._timestamp must be a number, got {ts!r}")
-    values, ignored = flatten_metrics(row)
-    for name in values:
+    ts = _number(row.pop("_timestamp", None))
+    kept, ignored = flatten_metrics(row)
+    values = {}
+    for name, value in kept.items():
         if not name or len(name) > MAX_KEY_CHARS:
             raise bad_request(
                 "invalid_metrics", f"metric names must have 1 to {MAX_KEY_CHARS} characters"
             )
+        number = _number(value)
+        if number is None:
+            ignored[name] = "out of range"
+        else:
+            values[name] = number
     key = "prime:sha256:" + hashlib.sha256(await request.body()).hexdigest()
-    await state.store.prime_metric_row(
-        run["seq"],
-        key,
-        step,
-        {name: float(v) for name, v in values.items()},
-        float(ts) if ts is not None else None,
-    )
+    await state.store.prime_metric_row(run["seq"], key, step, values, ts)
     return JSON({"data": {"status": "success", "ignored": sorted(ignored)}})
+
+
+def _number(value: Any) -> float | None:
+    """A finite float of a JSON number (JSON integers may be too big for one), else None."""
+    if type(value) not in (int, float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 @router.post("/rft/samples/presign")
