@@ -110,6 +110,7 @@ def config_document(value: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 _PRIME_TERMINAL = {"completed", "failed", "cancelled", "crashed"}
+_MAX_ERROR_CHARS = 100_000  # as the native finish's `error`
 
 
 def terminal_status(status: str, message: str | None) -> tuple[str, str | None]:
@@ -118,6 +119,10 @@ def terminal_status(status: str, message: str | None) -> tuple[str, str | None]:
     runs as FAILED/failed with `cancelled: ...` / `crashed: ...` in the message (the platform
     has no such statuses); openruns has them, so they are restored.
     """
+    if message is not None and len(message) > _MAX_ERROR_CHARS:
+        # The run must close whatever the message's length (prime-runs does not cap it for
+        # training runs); what is kept is said.
+        message = message[:_MAX_ERROR_CHARS] + " [truncated]"
     word = status.strip().lower()
     if word not in _PRIME_TERMINAL:
         raise bad_request(

@@ -66,7 +66,7 @@ class EvaluationUpdate(BaseModel):
     metadata: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
     status: ShortText | None = None
-    error_message: LongText | None = None
+    error_message: str | None = None  # any length: terminal_status keeps the first 100,000
 
 
 class Finalize(BaseModel):

@@ -96,7 +96,7 @@ class Finalize(BaseModel):
 
 class StatusUpdate(BaseModel):
     status: ShortText
-    error_message: Annotated[str, StringConstraints(max_length=100_000)] | None = None
+    error_message: str | None = None  # any length: terminal_status keeps the first 100,000
 
 
 _TRAINING_FIELDS = (
