@@ -241,17 +241,25 @@ def test_id_attaches_to_a_run_that_already_exists(server, client, tmp_path):
     stored, _ = _episodes(client, run_id)
     assert stored == {r["id"]: stamped(r, run_id, "eval") for r in report["records"]}
 
+    # A hosted training run: attached through the internal root its launcher hands over
+    # ($PRIME_API_BASE), where prime-runs also sends the key as x-api-key.
     train = httpx.post(f"{server.url}/api/v1/runs", json={"kind": "train"}).json()["id"]
-    report, stderr = run_sdk(
-        f"""
-        run = pr.init(kind="train", id={train!r})
-        run.log_metrics({{"loss": 0.25}}, step=7)
-        run.finish()
-        report(run)
-        """,
-        tmp_path,
-        server.url,
-    )
+    watch = FaultOnce(server.url, "/api/internal/rft/metrics", nth=0).start()  # counts only
+    try:
+        report, stderr = run_sdk(
+            f"""
+            run = pr.init(kind="train", id={train!r})
+            run.log_metrics({{"loss": 0.25}}, step=7)
+            run.finish()
+            report(run)
+            """,
+            tmp_path,
+            f"{watch.url}/api/internal/rft",
+            traces_url=server.url,
+        )
+    finally:
+        watch.stop()
+    assert watch.seen == 1 and watch.faults == {}
     assert_clean(report, stderr)
     assert client.run(train)["status"] == "completed"
     assert client.metrics(train) == [{"step": 7, "key": "loss", "value": 0.25}]
