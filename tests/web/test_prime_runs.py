@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import pytest
 from playwright.sync_api import expect
 
+from openruns.server import serve_in_thread
 from tests.prime.helpers import assert_clean, run_sdk
 
 
-def test_a_prime_eval_shows_its_config_summary_and_episodes(page, server, tmp_path):
+@pytest.fixture
+def own_server(tmp_path):
+    """A server of this test's own: the session's seeded one keeps exactly its runs."""
+    handle = serve_in_thread(tmp_path / "data")
+    yield handle
+    handle.stop()
+
+
+def test_a_prime_eval_shows_its_config_summary_and_episodes(page, own_server, tmp_path):
+    server = own_server
     report, stderr = run_sdk(
         """
         eps = [episode(i, judge=True, reward=i / 2) for i in range(3)]
@@ -21,14 +32,14 @@ def test_a_prime_eval_shows_its_config_summary_and_episodes(page, server, tmp_pa
     )
     assert_clean(report, stderr)
     run_id = report["id"]
-    page.goto("/")
+    page.goto(f"{server.url}/")
     expect(page.locator(f'tr[data-id="{run_id}"], a[href="/runs/{run_id}"]').first).to_be_visible()
-    page.goto(f"/runs/{run_id}")
+    page.goto(f"{server.url}/runs/{run_id}")
     expect(page.locator("#run-header .badge").first).to_have_text("completed")
     expect(page.locator("#config-body")).to_contain_text('"temperature": 0.7')
     expect(page.locator("#summary-body")).to_contain_text("avg_reward")
     expect(page.locator("#steps-table tbody tr").first).to_contain_text("step 0")
-    page.goto(f"/runs/{run_id}/steps/0")
+    page.goto(f"{server.url}/runs/{run_id}/steps/0")
     rows = page.locator("#episodes tbody tr")
     expect(rows).to_have_count(3)
     expect(rows.nth(0)).to_have_attribute("data-reward", "1")
