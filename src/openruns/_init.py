@@ -18,7 +18,8 @@ from .errors import ConfigurationError
 from .identity import export_run, inherited_run, new_run_id, nonzero_rank
 from .run import Ownership, Run
 from .settings import Settings
-from .spec import ConfigSource, TrainingSpec
+from .settings import traces_opt_out as resolve_traces_opt_out
+from .spec import ConfigSource, EnvironmentRef, TrainingSpec
 
 __all__ = ["init", "open_run"]
 
@@ -30,7 +31,7 @@ def init(
     name: str | None = None,
     kind: str = "eval",
     model: str | None = None,
-    environments: Sequence[str | Mapping[str, Any]] | None = None,
+    environments: Sequence[str | Mapping[str, Any] | EnvironmentRef] | None = None,
     framework: str | None = None,
     description: str | None = None,
     tags: Sequence[str] | None = None,
@@ -44,6 +45,7 @@ def init(
     dir: str | os.PathLike[str] | None = None,
     on_error: str | None = None,
     finish_timeout: float | None = None,
+    traces_opt_out: bool | None = None,
 ) -> Run:
     """
     Open a run and return it.
@@ -67,7 +69,10 @@ def init(
 
     `config`: a path (stored byte-for-byte with its format), a ConfigSource or a mapping.
     `mode`: online (a server; default when a base URL is configured), offline (a real run
-    written under `dir`, default `./openruns`), disabled (everything accepted and discarded).
+    written under `dir`, default `./openruns-runs`), disabled (everything accepted and
+    discarded). `traces_opt_out` (and `PRIME_TRACES_OPT_OUT`): prime-runs' opt-out of Prime
+    Traces, validated as prime-runs does and otherwise without effect: episodes always go to the
+    openruns server (docs/prime-runs.md).
 
     Raises ConfigurationError for invalid arguments or settings, before anything is created.
     """
@@ -82,6 +87,7 @@ def init(
         config=config,
         training=training,
         id=id,
+        traces_opt_out=traces_opt_out,
         settings_arguments={
             "mode": mode,
             "base_url": base_url,
@@ -99,7 +105,7 @@ def open_run(
     name: str | None,
     kind: str,
     model: str | None,
-    environments: Sequence[str | Mapping[str, Any]] | None,
+    environments: Sequence[str | Mapping[str, Any] | EnvironmentRef] | None,
     framework: str | None,
     description: str | None,
     tags: Sequence[str] | None,
@@ -107,6 +113,7 @@ def open_run(
     training: TrainingSpec | None,
     id: str | None,
     settings_arguments: Mapping[str, Any],
+    traces_opt_out: bool | None = None,
     name_at_close: bool = False,
 ) -> Run:
     """init(), with one more choice for launchers: `name_at_close` leaves an unnamed run
@@ -126,6 +133,8 @@ def open_run(
     if id is not None and (not isinstance(id, str) or not id or "/" in id):
         raise ConfigurationError(f"id must be a non-empty string without '/', got {id!r}")
     settings = Settings.resolve(settings_arguments)
+    if settings.mode != "disabled":  # as prime-runs: checked unless the run is disabled
+        resolve_traces_opt_out(traces_opt_out)
     metadata: dict[str, Any] = {
         "kind": kind,
         "name": name,
@@ -227,13 +236,17 @@ def _string_list(argument: str, values: Sequence[str] | None) -> list[str]:
     return list(values)
 
 
-def _environments(values: Sequence[str | Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+def _environments(
+    values: Sequence[str | Mapping[str, Any] | EnvironmentRef] | None,
+) -> list[dict[str, Any]]:
     if values is None:
         return []
-    if isinstance(values, (str, Mapping)):
+    if isinstance(values, (str, Mapping, EnvironmentRef)):
         values = [values]  # type: ignore[list-item]
     out = []
     for value in values:
+        if isinstance(value, EnvironmentRef):
+            value = value.to_dict()
         if isinstance(value, str) and value:
             out.append({"name": value})
         elif isinstance(value, Mapping) and any(value.get(k) for k in ("name", "id", "slug")):

@@ -9,6 +9,7 @@ replicas on one database.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -122,8 +123,9 @@ def create_run(
         "created_at": now,
         "updated_at": now,
         "finished_at": None,
-        # The create is the owner's first sign of life; a scheduler's run has no owner process.
-        "last_heartbeat_at": now if fields.get("heartbeat", True) else None,
+        # A scheduler's run has no owner process to heartbeat: a heartbeat "at infinity" is never
+        # stale (the convention of prime.NO_HEARTBEAT; the API shows it as null).
+        "last_heartbeat_at": None if fields.get("heartbeat", True) else math.inf,
     }
     seq = conn.execute(insert(runs).values(values)).inserted_primary_key[0]
     _set_tags(conn, seq, tags)
@@ -254,8 +256,8 @@ def stale_error(run: dict[str, Any], now: float, timeout: float) -> str | None:
     """The crash message when `run` is running and silent past `timeout`, else None."""
     if run["status"] != "running":
         return None
-    last = run["last_heartbeat_at"]
-    if last is None or now - last <= timeout:  # None: no process heartbeats for this run
+    last = run["last_heartbeat_at"] or run["created_at"]
+    if now - last <= timeout:
         return None
     return (
         f"no heartbeat for {int(now - last)} s: "
