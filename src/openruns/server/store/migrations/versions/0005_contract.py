@@ -1,7 +1,7 @@
 """The run contract (issue 10): time-keyed metric points, annotations, episode kind and subset.
 
 Revision ID: 0005
-Revises: 0001
+Revises: 0003 (re-chain after 0004 when it lands)
 
 - metric_time_points: rows logged without a step (`inference/*`, `event_loop_lag/*`), one per
   (metric key, timestamp), beside the step-keyed metric_points.
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
-down_revision = "0001"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
