@@ -6,6 +6,7 @@ attach, and what an attached process hands its run's owner (its metadata, its fa
 from __future__ import annotations
 
 import openruns
+from openruns.settings import DEFAULT_DIR
 
 from .helpers import only_run_dir, python, records, run_json
 
@@ -21,7 +22,7 @@ raise SystemExit(0)  # exits without finishing: crashed
 def test_a_resume_with_id_reopens_the_run_and_completes_it(tmp_path):
     first = python(CRASH, tmp_path)
     run_id = first.stdout.strip()
-    run_dir = only_run_dir(tmp_path / "openruns")
+    run_dir = only_run_dir(tmp_path / DEFAULT_DIR)
     assert run_json(run_dir)["status"] == "crashed"
     resumed = python(
         f"""
@@ -41,7 +42,7 @@ run.finish()
 
 def test_a_resumed_run_fails_like_an_owner(tmp_path):
     run_id = python(CRASH, tmp_path).stdout.strip()
-    run_dir = only_run_dir(tmp_path / "openruns")
+    run_dir = only_run_dir(tmp_path / DEFAULT_DIR)
     proc = python(
         f"""
 import openruns
