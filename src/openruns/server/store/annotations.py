@@ -16,7 +16,7 @@ from sqlalchemy import Connection, insert, select
 
 from .schema import annotations
 
-__all__ = ["COLUMNS", "add", "of_episode", "page"]
+__all__ = ["COLUMNS", "add", "of_episode", "page", "trained_steps"]
 
 COLUMNS = ("episode_id", "trace_id", "producer", "step", "ts", "body")
 _a = annotations
@@ -47,3 +47,13 @@ def page(
     if episode_id is not None:
         query = query.where(_a.c.episode_id == episode_id)
     return [dict(r) for r in conn.execute(query.order_by(_a.c.seq).limit(limit)).mappings()]
+
+
+def trained_steps(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """{episode id: the latest step the rows say it was trained at}."""
+    out: dict[str, int] = {}
+    for row in rows:
+        step = row["step"]
+        if step is not None and step > out.get(row["episode_id"], step - 1):
+            out[row["episode_id"]] = step
+    return out

@@ -5,16 +5,18 @@ Listing uses keyset pages over (sort column, seq) with NULLs last, so deep pages
 as the first; the cursor carries the last row's sort value and seq.
 
 A step has two meanings in async RL: an episode is indexed by the step it was dispatched at,
-and annotations (annotations.py) may say the step it was trained at. `by="trained"` reads a
-step in the second sense; each row carries its `trained_step`, and a step's `off_policy`
-counts its episodes whose two steps differ (dispatched at N, trained later).
+and annotations (annotations.py) may say the step it was trained at. That second step is kept
+on the index row (`trained_step`: the latest one its annotations name), set when an annotation
+arrives, or when the episode arrives after its annotations, so `by="trained"` reads a step as
+an index range too. A step's `off_policy` counts its episodes whose two steps differ
+(dispatched at N, trained at M).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from sqlalchemy import Connection, and_, case, func, insert, or_, select
+from sqlalchemy import Connection, and_, bindparam, case, func, insert, or_, select, update
 
 from .schema import annotations, episodes, segments
 
@@ -24,6 +26,7 @@ __all__ = [
     "add_segment",
     "list_episodes",
     "locate",
+    "mark_trained",
     "page_for_export",
     "segment_keys",
     "steps",
@@ -51,16 +54,6 @@ _e = episodes
 _a = annotations
 
 
-def _trained_step() -> Any:
-    """The step an episode was trained at: the latest such step its annotations name."""
-    return (
-        select(func.max(_a.c.step))
-        .where(_a.c.run_seq == _e.c.run_seq, _a.c.episode_id == _e.c.episode_id)
-        .scalar_subquery()
-        .label("trained_step")
-    )
-
-
 _PUBLIC = (
     _e.c.episode_id.label("id"),
     _e.c.stream,
@@ -72,7 +65,9 @@ _PUBLIC = (
     _e.c.duration,
     _e.c.kind,
     _e.c.subset,
+    _e.c.trained_step,
 )
+_IN_CHUNK = 500
 
 
 def _filtered(query: Any, filters: dict[str, Any]) -> Any:
@@ -83,11 +78,6 @@ def _filtered(query: Any, filters: dict[str, Any]) -> Any:
         if value is not None:
             query = query.where(_e.c[name] == value)
     return query
-
-
-def _trained_at(run_seq: int, step: int) -> Any:
-    """Episode ids an annotation says were trained at `step`."""
-    return select(_a.c.episode_id).where(_a.c.run_seq == run_seq, _a.c.step == step)
 
 
 def add_segment(
@@ -114,6 +104,37 @@ def add_segment(
             insert(episodes),
             [{**r, "run_seq": run_seq, "stream": stream, "segment_id": segment_id} for r in rows],
         )
+        _trained_already(conn, run_seq, [r["episode_id"] for r in rows])
+
+
+def _trained_already(conn: Connection, run_seq: int, ids: list[str]) -> None:
+    """Set trained_step on new index rows whose annotations arrived first (usually none)."""
+    steps: dict[str, int] = {}
+    for i in range(0, len(ids), _IN_CHUNK):
+        query = (
+            select(_a.c.episode_id, func.max(_a.c.step))
+            .where(_a.c.run_seq == run_seq, _a.c.episode_id.in_(ids[i : i + _IN_CHUNK]))
+            .where(_a.c.step.is_not(None))
+            .group_by(_a.c.episode_id)
+        )
+        steps.update((episode_id, step) for episode_id, step in conn.execute(query))
+    mark_trained(conn, run_seq, steps)
+
+
+def mark_trained(conn: Connection, run_seq: int, steps: dict[str, int]) -> None:
+    """Record that each episode of `steps` was trained at that step (a later step wins)."""
+    if not steps:
+        return
+    stmt = (
+        update(_e)
+        .where(
+            _e.c.run_seq == run_seq,
+            _e.c.episode_id == bindparam("eid"),
+            or_(_e.c.trained_step.is_(None), _e.c.trained_step < bindparam("trained")),
+        )
+        .values(trained_step=bindparam("trained"))
+    )
+    conn.execute(stmt, [{"eid": e, "trained": s} for e, s in steps.items()])
 
 
 def list_episodes(
@@ -135,14 +156,11 @@ def list_episodes(
     """
     name, descending = SORTS[sort]
     col = _e.c[name]
-    query = select(*_PUBLIC, _trained_step(), col.label("_key"), _e.c.seq).where(
+    query = select(*_PUBLIC, col.label("_key"), _e.c.seq).where(
         _e.c.run_seq == run_seq, _e.c.stream == stream
     )
     if step is not None:
-        if by == "trained":
-            query = query.where(_e.c.episode_id.in_(_trained_at(run_seq, step)))
-        else:
-            query = query.where(_e.c.step == step)
+        query = query.where((_e.c.trained_step if by == "trained" else _e.c.step) == step)
     query = _filtered(query, filters)
     if after is not None:
         value, seq = after
@@ -192,15 +210,9 @@ def steps(
     With `step_min`, only steps >= it (no null step), so a live reader asks only for what may
     have changed since it last looked. `filters`: kind, subset, env, ok.
     """
-    trained = (
-        select(_a.c.episode_id, func.max(_a.c.step).label("trained_step"))
-        .where(_a.c.run_seq == run_seq, _a.c.step.is_not(None))
-        .group_by(_a.c.episode_id)
-        .subquery()
-    )
-    joined = _e.join(trained, trained.c.episode_id == _e.c.episode_id, isouter=by != "trained")
-    step = _e.c.step if by == "dispatched" else trained.c.trained_step
-    moved = and_(trained.c.trained_step.is_not(None), trained.c.trained_step != _e.c.step)
+    trained = _e.c.trained_step
+    step = _e.c.step if by == "dispatched" else trained
+    moved = and_(trained.is_not(None), trained != _e.c.step)
     query = (
         select(
             step.label("step"),
@@ -208,11 +220,12 @@ def steps(
             func.avg(_e.c.reward).label("avg_reward"),
             func.coalesce(func.sum(case((moved, 1), else_=0)), 0).label("off_policy"),
         )
-        .select_from(joined)
         .where(_e.c.run_seq == run_seq, _e.c.stream == stream)
         .group_by(step)
         .order_by(step.is_(None), step)
     )
+    if by == "trained":
+        query = query.where(trained.is_not(None))
     if step_min is not None:
         query = query.where(step >= step_min)
     query = _filtered(query, filters)
@@ -232,7 +245,6 @@ def page_for_export(
     query = (
         select(
             *_PUBLIC,
-            _trained_step(),
             _e.c.seq,
             _e.c.frame_offset,
             _e.c.frame_length,

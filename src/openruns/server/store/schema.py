@@ -196,6 +196,7 @@ episodes = Table(
     Column("duration", Float),
     Column("kind", String(16)),  # train | eval (run.work.type, else the run's kind)
     Column("subset", String(32)),  # the cohort it was logged as (all, effective), if any
+    Column("trained_step", BigInteger),  # the latest step its annotations say it trained at
     Column("segment_id", Integer, nullable=False),
     # The zstd frame holding the record (bytes of the blob), then the record's line inside
     # the decompressed frame (without its newline).
@@ -203,9 +204,10 @@ episodes = Table(
     Column("frame_length", Integer, nullable=False),
     Column("offset", Integer, nullable=False),
     Column("length", Integer, nullable=False),
-    Index("ix_episodes_run_step", "run_seq", "stream", "step", "reward"),
+    Index("ix_episodes_run_step", "run_seq", "stream", "step", "reward", "trained_step"),
     Index("ix_episodes_run_id", "run_seq", "episode_id"),
     Index("ix_episodes_run_kind_step", "run_seq", "stream", "kind", "step"),
+    Index("ix_episodes_run_trained", "run_seq", "stream", "trained_step", "reward", "step"),
 )
 
 annotations = Table(
@@ -219,7 +221,8 @@ annotations = Table(
     Column("step", BigInteger),  # the step the episode was trained at, when the fact says
     Column("ts", Float, nullable=False),
     Column("body", Text, nullable=False),  # the annotation's JSON, as sent
-    Index("ix_annotations_run_episode", "run_seq", "episode_id", "seq"),
+    # (episode, step): the trained step of an episode is read from the index alone.
+    Index("ix_annotations_run_episode", "run_seq", "episode_id", "step"),
     Index("ix_annotations_run_step", "run_seq", "step", "episode_id"),
 )
 

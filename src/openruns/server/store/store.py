@@ -164,6 +164,13 @@ class Store:
             if prior is not None:
                 return prior
             add_annotations(conn, run_seq, rows)
+            trained: dict[str, int] = {}
+            for row in rows:
+                if row["step"] is not None:
+                    trained[row["episode_id"]] = max(
+                        row["step"], trained.get(row["episode_id"], row["step"])
+                    )
+            episodes.mark_trained(conn, run_seq, trained)
             receipt = {"status": "committed", "annotations": len(rows), "receipt": key}
             put_receipt(conn, run_seq, "annotations", key, receipt, time.time())
             return receipt

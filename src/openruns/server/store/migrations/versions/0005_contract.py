@@ -9,6 +9,8 @@ Revises: 0003 (re-chain after 0004 when it lands)
   from any producer, append-only, keyed by episode id.
 - episodes.kind / episodes.subset: train or eval, and the cohort (all, effective). Another
   migration may add `kind` first; each column is added only when missing, so either order works.
+- episodes.trained_step: the step the annotations say the episode was trained at, kept on the
+  index row so a step read as "trained at N" is an index range like "dispatched at N".
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def upgrade() -> None:
         sa.Column("ts", sa.Float, nullable=False),
         sa.Column("body", sa.Text, nullable=False),
     )
-    op.create_index("ix_annotations_run_episode", "annotations", ["run_seq", "episode_id", "seq"])
+    op.create_index("ix_annotations_run_episode", "annotations", ["run_seq", "episode_id", "step"])
     op.create_index("ix_annotations_run_step", "annotations", ["run_seq", "step", "episode_id"])
     existing = {c["name"] for c in sa.inspect(op.get_bind()).get_columns("episodes")}
     with op.batch_alter_table("episodes") as batch:
@@ -49,12 +51,27 @@ def upgrade() -> None:
             batch.add_column(sa.Column("kind", sa.String(16)))
         if "subset" not in existing:
             batch.add_column(sa.Column("subset", sa.String(32)))
+        batch.add_column(sa.Column("trained_step", sa.BigInteger))
     op.create_index("ix_episodes_run_kind_step", "episodes", ["run_seq", "stream", "kind", "step"])
+    # A step's row (count, mean reward, off-policy count) read from the index alone.
+    op.drop_index("ix_episodes_run_step", "episodes")
+    op.create_index(
+        "ix_episodes_run_step", "episodes", ["run_seq", "stream", "step", "reward", "trained_step"]
+    )
+    op.create_index(
+        "ix_episodes_run_trained",
+        "episodes",
+        ["run_seq", "stream", "trained_step", "reward", "step"],
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_episodes_run_trained", "episodes")
+    op.drop_index("ix_episodes_run_step", "episodes")
+    op.create_index("ix_episodes_run_step", "episodes", ["run_seq", "stream", "step", "reward"])
     op.drop_index("ix_episodes_run_kind_step", "episodes")
     with op.batch_alter_table("episodes") as batch:
+        batch.drop_column("trained_step")
         batch.drop_column("subset")
         batch.drop_column("kind")
     op.drop_table("annotations")
