@@ -12,11 +12,14 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sys
 import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
+    "COMPONENT_ENV",
     "RUN_DIR_ENV",
     "RUN_HOST_ENV",
     "RUN_ID_ENV",
@@ -24,6 +27,7 @@ __all__ = [
     "RUN_PID_ENV",
     "RANK_ENVS",
     "InheritedRun",
+    "component_name",
     "export_run",
     "inherited_run",
     "new_run_id",
@@ -36,6 +40,8 @@ RUN_PID_ENV = "OPENRUNS_RUN_PID"
 RUN_KIND_ENV = "OPENRUNS_RUN_KIND"
 RUN_DIR_ENV = "OPENRUNS_RUN_DIR"
 RUN_HOST_ENV = "OPENRUNS_RUN_HOST"
+# `openruns launch` names each component's process in this variable.
+COMPONENT_ENV = "OPENRUNS_COMPONENT"
 # Exported beside OPENRUNS_RUN_ID for code written against prime-rl's convention
 # (`init(id=os.environ["RUN_ID"])`); never read, because other tools set RUN_ID too.
 COMPAT_RUN_ID_ENV = "RUN_ID"
@@ -115,3 +121,13 @@ def nonzero_rank(environ: Mapping[str, str] | None = None) -> str | None:
         if value and value != "0":
             return f"{name}={value}"
     return None
+
+
+def component_name() -> str:
+    """How this process is named in an error it reports: its `openruns launch` component, else
+    its program (`train.py`), else its pid."""
+    component = os.environ.get(COMPONENT_ENV)
+    if component:
+        return component
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return program if program and program != "-c" else f"pid {os.getpid()}"

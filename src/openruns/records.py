@@ -21,6 +21,7 @@ logger = logging.getLogger("openruns")
 
 __all__ = [
     "MetricsCleaner",
+    "WithDefaults",
     "clean_finite",
     "flatten_metrics",
     "index_fields",
@@ -304,3 +305,19 @@ def _number(value: Any) -> float | None:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+class WithDefaults:
+    """A record with fields (kind, subset) to store when the record does not say its own; made
+    into a mapping on the upload side, like any record."""
+
+    __slots__ = ("defaults", "record")
+
+    def __init__(self, record: Any, defaults: dict[str, str]):
+        self.record = record
+        self.defaults = defaults
+
+    def to_record(self) -> Mapping[str, Any]:
+        mapping = to_mapping(self.record)
+        missing = {k: v for k, v in self.defaults.items() if k not in mapping}
+        return {**mapping, **missing} if missing else mapping

@@ -18,7 +18,6 @@ import asyncio
 import enum
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -28,8 +27,8 @@ from typing import Any
 from . import exits
 from .backends.base import Backend
 from .errors import OpenrunsError, RunFinishedError
-from .identity import unexport_run
-from .records import clean_finite, to_mapping
+from .identity import COMPONENT_ENV, component_name, unexport_run
+from .records import WithDefaults, clean_finite
 from .settings import Settings
 from .spec import ConfigSource, RunStatus
 from .upload import fork
@@ -39,9 +38,6 @@ from .upload.queue import Item
 __all__ = ["Ownership", "Run"]
 
 logger = logging.getLogger("openruns")
-
-# `openruns launch` names each component's process in this variable.
-COMPONENT_ENV = "OPENRUNS_COMPONENT"
 
 
 class Ownership(enum.Enum):
@@ -491,29 +487,3 @@ def _describe(error: str | BaseException) -> str:
     if isinstance(error, BaseException):
         return f"{type(error).__name__}: {error}"
     return str(error)
-
-
-def component_name() -> str:
-    """How this process is named in an error it reports: its `openruns launch` component, else
-    its program (`train.py`), else its pid."""
-    component = os.environ.get(COMPONENT_ENV)
-    if component:
-        return component
-    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
-    return program if program and program != "-c" else f"pid {os.getpid()}"
-
-
-class WithDefaults:
-    """A record with fields (kind, subset) to store when the record does not say its own; made
-    into a mapping on the upload side, like any record."""
-
-    __slots__ = ("defaults", "record")
-
-    def __init__(self, record: Any, defaults: dict[str, str]):
-        self.record = record
-        self.defaults = defaults
-
-    def to_record(self) -> Mapping[str, Any]:
-        mapping = to_mapping(self.record)
-        missing = {k: v for k, v in self.defaults.items() if k not in mapping}
-        return {**mapping, **missing} if missing else mapping

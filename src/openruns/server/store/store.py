@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from . import episodes, keys, metrics, prime, runs
+from . import episodes, keys, metric_times, metrics, prime, runs
 from .annotations import add as add_annotations
 from .annotations import of_episode as annotations_of_episode
 from .annotations import page as annotations_page
@@ -208,12 +208,14 @@ class Store:
         ts_max: float | None,
         max_points: int,
     ) -> tuple[dict[str, dict[str, list[Any]]], bool]:
-        return await self.db.read(metrics.time_series, run_seq, names, ts_min, ts_max, max_points)
+        return await self.db.read(
+            metric_times.time_series, run_seq, names, ts_min, ts_max, max_points
+        )
 
     async def metric_time_points(
         self, key_id: int, after_ts: float, limit: int
     ) -> list[tuple[float, float]]:
-        return await self.db.read(metrics.time_points_page, key_id, after_ts, limit)
+        return await self.db.read(metric_times.time_points_page, key_id, after_ts, limit)
 
     async def metric_key_ids(self, run_seq: int) -> list[tuple[str, int]]:
         return await self.db.read(metrics.run_keys, run_seq)
