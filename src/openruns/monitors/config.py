@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..errors import ConfigurationError
+from ..identity import COMPONENT_ENV
 
 if TYPE_CHECKING:
     from .base import Monitor
@@ -44,10 +45,9 @@ __all__ = [
     "run_links",
 ]
 
-# `openruns launch` hands each component its merged monitors config as JSON in this variable.
+# `openruns launch` hands each component its merged monitors config as JSON in this variable
+# (and its name in COMPONENT_ENV: the default `producer` of its monitors).
 MONITORS_ENV = "OPENRUNS_MONITORS"
-# ... and its name in this one: the default `producer` of its monitors.
-COMPONENT_ENV = "OPENRUNS_COMPONENT"
 
 _SUBSETS = ("all", "effective")
 _KINDS = ("train", "eval")
