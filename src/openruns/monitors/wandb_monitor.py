@@ -36,6 +36,7 @@ class WandbMonitor(Monitor):
         self.output_dir = output_dir
         self.dir = Path(config.dir) if config.dir else output_dir / "monitors" / "wandb" / producer
         self.run: Any = None
+        self._timed: set[str] = set()  # metric globs charted against time (rows without a step)
         try:
             import wandb
         except ImportError:
@@ -85,7 +86,17 @@ class WandbMonitor(Monitor):
         write_link(self.output_dir, "wandb", {"id": self.run.id, "url": url})
 
     def log_metrics(self, values: dict[str, float | int], step: int | None) -> None:
-        self.run.log(values if step is None else {**values, "step": step})
+        if step is None:
+            # A row keyed by time (inference/*, event_loop_lag/*): charted against W&B's own
+            # timestamp, as prime-rl does, the first time its top-level prefix shows up.
+            for key in values:
+                glob = key.split("/", 1)[0] + "/*" if "/" in key else key
+                if glob not in self._timed:
+                    self._timed.add(glob)
+                    self.run.define_metric(glob, step_metric="_timestamp")
+            self.run.log(values)
+        else:
+            self.run.log({**values, "step": step})
 
     def finalize(self) -> None:
         if self.run is not None:
