@@ -14,6 +14,7 @@ import orjson
 from .errors import ConfigurationError
 
 __all__ = [
+    "FILLABLE",
     "CONFIG_SOURCE_KEY",
     "MAX_CONFIG_SOURCE_BYTES",
     "ConfigSource",
@@ -24,6 +25,18 @@ __all__ = [
 ]
 
 RunKind = Literal["eval", "train"]
+
+# The run metadata a process attached to a run may fill in where the run's owner set none.
+FILLABLE = (
+    "name",
+    "model",
+    "environments",
+    "framework",
+    "description",
+    "tags",
+    "config",
+    "training",
+)
 
 # A config is the file a job was launched with, shown on the run page; 256 KiB is far beyond a
 # real launch config and keeps run metadata a small row.

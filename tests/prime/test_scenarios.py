@@ -151,7 +151,7 @@ def test_a_cancelled_training_run(server, client, tmp_path):
     assert_clean(report, stderr)
     run = client.run(report["id"])
     assert (run["status"], run["error"]) == ("cancelled", "interrupted")
-    assert client.metrics(run["id"]) == [{"step": 0, "key": "loss", "value": 1.0}]
+    assert client.metrics(run["id"]) == [{"step": 0, "key": "loss", "value": 1.0, "ts": None}]
 
 
 def test_opted_out_eval_rows_are_kept_and_their_episodes_stored(server, client, tmp_path):
@@ -262,4 +262,4 @@ def test_id_attaches_to_a_run_that_already_exists(server, client, tmp_path):
     assert watch.seen == 1 and watch.faults == {}
     assert_clean(report, stderr)
     assert client.run(train)["status"] == "completed"
-    assert client.metrics(train) == [{"step": 7, "key": "loss", "value": 0.25}]
+    assert client.metrics(train) == [{"step": 7, "key": "loss", "value": 0.25, "ts": None}]

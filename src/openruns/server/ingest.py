@@ -26,7 +26,7 @@ from .errors import bad_request
 from .limits import Ticket
 from .segments import build_segment
 from .state import ServerState
-from .store.metrics import MAX_STEP
+from .store.metrics import MAX_STEP, MetricPoints
 from .store.runs import require_running_or_grace
 
 __all__ = [
@@ -100,22 +100,29 @@ async def _receive(
 def parse_metrics(data: bytes) -> tuple[int, Points]:
     """
     (rows, {(key, step): (value, ts)}) from NDJSON rows `{"step", "ts", "values"}`; within a
-    batch the last row of a (key, step) wins, as across batches. 400 names the bad line.
+    batch the last row of a (key, step) wins, as across batches. A row with `"step": null` is
+    keyed by its time (its `ts` is then required): its points go to the result's `by_time`
+    {(key, ts): value}. 400 names the bad line.
     """
     # Exact type checks, not isinstance: this loop runs once per metric value. orjson never
     # yields NaN or infinities, and its integers fit in 64 bits.
-    points: Points = {}
+    points = MetricPoints()
+    by_time = points.by_time
     rows = 0
     for lineno, _, _, row in iter_objects(data):
         step = row.get("step")
-        if type(step) is not int or not 0 <= step <= MAX_STEP:
-            raise _bad_row(lineno, f"step must be an integer from 0 to {MAX_STEP}, got {step!r}")
+        if step is not None and (type(step) is not int or not 0 <= step <= MAX_STEP):
+            raise _bad_row(
+                lineno, f"step must be an integer from 0 to {MAX_STEP} or null, got {step!r}"
+            )
         ts = row.get("ts")
         if ts is not None:
             if type(ts) is int:
                 ts = float(ts)
             elif type(ts) is not float:
                 raise _bad_row(lineno, f"ts must be a number (epoch seconds), got {ts!r}")
+        elif step is None:
+            raise _bad_row(lineno, "a row without a step is keyed by its time: ts is required")
         values = row.get("values")
         if type(values) is not dict:
             raise _bad_row(lineno, "values must be an object of metric name to number")
@@ -127,7 +134,10 @@ def parse_metrics(data: bytes) -> tuple[int, Points]:
                 value = float(value)
             if not name or len(name) > MAX_KEY_CHARS:
                 raise _bad_row(lineno, f"metric names must have 1 to {MAX_KEY_CHARS} characters")
-            points[(name, step)] = (value, ts)
+            if step is None:
+                by_time[(name, ts)] = value
+            else:
+                points[(name, step)] = (value, ts)
         rows += 1
     return rows, points
 

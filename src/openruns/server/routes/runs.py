@@ -92,7 +92,9 @@ async def get_run(run_id: str, state: State, caller: Caller) -> JSON:
 
 @router.patch("/runs/{run_id}", response_model=RunOut)
 async def patch_run(run_id: str, body: RunPatch, state: State, caller: Caller) -> JSON:
-    """Merge into the summary; replace tags, description (null clears it) and losses."""
+    """Merge into the summary; replace tags, description (null clears it) and losses; `fill`
+    sets each of its fields only where the run has none (a component naming its launcher's
+    run, or reporting its fatal error while the run runs)."""
     run = await writable_run(state, caller, run_id)
     changes = {
         k: v
@@ -101,6 +103,12 @@ async def patch_run(run_id: str, body: RunPatch, state: State, caller: Caller) -
     }
     if "description" in body.model_fields_set:
         changes["description"] = body.description
+    if body.fill is not None:
+        fill = body.fill.model_dump(exclude_none=True)
+        if body.fill.config is not None:
+            fill["config"] = body.fill.config.model_dump(exclude_none=True)
+        if fill:
+            changes["fill"] = fill
     return JSON(public_run(state, await state.store.patch_run(run, changes)))
 
 
@@ -110,10 +118,14 @@ async def patch_run(run_id: str, body: RunPatch, state: State, caller: Caller) -
     responses={409: {"description": "the run already finished with another status"}},
 )
 async def finish_run(run_id: str, body: RunFinish, state: State, caller: Caller) -> JSON:
-    """Close a running run. The same status again is a no-op (200); another one is 409."""
+    """Close a running run. The same status again is a no-op (200); another one is 409. A
+    failure without an `error` keeps the one a component reported (PATCH fill)."""
     run = await writable_run(state, caller, run_id)
     changes = {k: v for k, v in body.model_dump(include={"summary", "losses"}).items() if v}
-    run = await state.store.finish_run(run, body.status, body.error, changes)
+    error = body.error
+    if error is None and body.status != "completed" and run["status"] == "running":
+        error = run["error"]
+    run = await state.store.finish_run(run, body.status, error, changes)
     return JSON(public_run(state, run))
 
 

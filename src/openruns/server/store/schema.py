@@ -9,8 +9,11 @@ create it; a change here needs a new numbered migration.
 - metric_blocks: per key, the count/min/max/last of every aligned block of BLOCK_SIZES[level]
   steps, rebuilt for the blocks each upload touches; a downsampled read of a long series reads
   these instead of every point.
+- metric_time_points: rows logged without a step, one per (metric key, timestamp).
 - segments / episodes: one immutable blob per episodes upload, and one index row per record
   pointing into it (the zstd frame holding it, and the record's place inside that frame).
+- annotations: later facts about an episode (the step it was trained at, advantage, ...), from
+  any producer, append-only, folded into the episode when it is read.
 - receipts: the answer to every bulk upload, by Idempotency-Key, so a replay stores nothing.
 - prime_environments / prime_objects: what the Prime wire (server/prime/) keeps beyond runs,
   metrics and episodes: environment ids handed out by the hub calls, and the eval sample rows
@@ -36,12 +39,14 @@ from sqlalchemy import (
 
 __all__ = [
     "BLOCK_SIZES",
+    "annotations",
     "api_keys",
     "episodes",
     "metadata",
     "metric_blocks",
     "metric_keys",
     "metric_points",
+    "metric_time_points",
     "prime_environments",
     "prime_objects",
     "receipts",
@@ -154,6 +159,15 @@ metric_blocks = Table(
     sqlite_with_rowid=False,
 )
 
+metric_time_points = Table(
+    "metric_time_points",
+    metadata,
+    Column("key_id", Integer, primary_key=True),
+    Column("ts", Float, primary_key=True),
+    Column("value", Float, nullable=False),
+    sqlite_with_rowid=False,
+)
+
 segments = Table(
     "segments",
     metadata,
@@ -180,6 +194,9 @@ episodes = Table(
     Column("ok", Boolean),
     Column("tokens", BigInteger),
     Column("duration", Float),
+    Column("kind", String(16)),  # train | eval (run.work.type, else the run's kind)
+    Column("subset", String(32)),  # the cohort it was logged as (all, effective), if any
+    Column("trained_step", BigInteger),  # the latest step its annotations say it trained at
     Column("segment_id", Integer, nullable=False),
     # The zstd frame holding the record (bytes of the blob), then the record's line inside
     # the decompressed frame (without its newline).
@@ -187,8 +204,26 @@ episodes = Table(
     Column("frame_length", Integer, nullable=False),
     Column("offset", Integer, nullable=False),
     Column("length", Integer, nullable=False),
-    Index("ix_episodes_run_step", "run_seq", "stream", "step", "reward"),
+    Index("ix_episodes_run_step", "run_seq", "stream", "step", "reward", "trained_step"),
     Index("ix_episodes_run_id", "run_seq", "episode_id"),
+    Index("ix_episodes_run_kind_step", "run_seq", "stream", "kind", "step"),
+    Index("ix_episodes_run_trained", "run_seq", "stream", "trained_step", "reward", "step"),
+)
+
+annotations = Table(
+    "annotations",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("run_seq", Integer, nullable=False),
+    Column("episode_id", String(256), nullable=False),
+    Column("trace_id", String(256)),
+    Column("producer", String(128), nullable=False),
+    Column("step", BigInteger),  # the step the episode was trained at, when the fact says
+    Column("ts", Float, nullable=False),
+    Column("body", Text, nullable=False),  # the annotation's JSON, as sent
+    # (episode, step): the trained step of an episode is read from the index alone.
+    Index("ix_annotations_run_episode", "run_seq", "episode_id", "step"),
+    Index("ix_annotations_run_step", "run_seq", "step", "episode_id"),
 )
 
 receipts = Table(

@@ -19,7 +19,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from . import episodes, keys, metrics, prime, runs
+from . import episodes, keys, metric_times, metrics, prime, runs
+from .annotations import add as add_annotations
+from .annotations import of_episode as annotations_of_episode
+from .annotations import page as annotations_page
 from .db import Database
 from .receipts import get_receipt, put_receipt
 
@@ -151,7 +154,38 @@ class Store:
 
         return await self.db.write(write)
 
+    async def ingest_annotations(
+        self, run_seq: int, key: str, rows: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Append the annotations and store the receipt, unless `key` was stored already."""
+
+        def write(conn: Connection) -> dict[str, Any]:
+            prior = get_receipt(conn, run_seq, "annotations", key)
+            if prior is not None:
+                return prior
+            add_annotations(conn, run_seq, rows)
+            trained: dict[str, int] = {}
+            for row in rows:
+                if row["step"] is not None:
+                    trained[row["episode_id"]] = max(
+                        row["step"], trained.get(row["episode_id"], row["step"])
+                    )
+            episodes.mark_trained(conn, run_seq, trained)
+            receipt = {"status": "committed", "annotations": len(rows), "receipt": key}
+            put_receipt(conn, run_seq, "annotations", key, receipt, time.time())
+            return receipt
+
+        return await self.db.write(write)
+
     # -- reads ------------------------------------------------------------------------------
+
+    async def annotations_of(self, run_seq: int, episode_id: str) -> list[dict[str, Any]]:
+        return await self.db.read(annotations_of_episode, run_seq, episode_id)
+
+    async def annotation_page(
+        self, run_seq: int, after_seq: int, limit: int, episode_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        return await self.db.read(annotations_page, run_seq, after_seq, limit, episode_id)
 
     async def metric_keys(self, run_seq: int) -> list[dict[str, Any]]:
         return await self.db.read(metrics.key_stats, run_seq)
@@ -166,6 +200,23 @@ class Store:
     ) -> tuple[dict[str, dict[str, list[Any]]], bool]:
         return await self.db.read(metrics.series, run_seq, names, step_min, step_max, max_points)
 
+    async def metric_time_series(
+        self,
+        run_seq: int,
+        names: list[str] | None,
+        ts_min: float | None,
+        ts_max: float | None,
+        max_points: int,
+    ) -> tuple[dict[str, dict[str, list[Any]]], bool]:
+        return await self.db.read(
+            metric_times.time_series, run_seq, names, ts_min, ts_max, max_points
+        )
+
+    async def metric_time_points(
+        self, key_id: int, after_ts: float, limit: int
+    ) -> list[tuple[float, float]]:
+        return await self.db.read(metric_times.time_points_page, key_id, after_ts, limit)
+
     async def metric_key_ids(self, run_seq: int) -> list[tuple[str, int]]:
         return await self.db.read(metrics.run_keys, run_seq)
 
@@ -175,9 +226,11 @@ class Store:
         return await self.db.read(metrics.points_page, key_id, after_step, limit)
 
     async def steps(
-        self, run_seq: int, stream: str, step_min: int | None = None
+        self, run_seq: int, stream: str, step_min: int | None = None, **query: Any
     ) -> list[dict[str, Any]]:
-        return await self.db.read(episodes.steps, run_seq, stream, step_min)
+        return await self.db.read(
+            lambda conn: episodes.steps(conn, run_seq, stream, step_min, **query)
+        )
 
     async def list_episodes(
         self, run_seq: int, **query: Any
@@ -188,9 +241,13 @@ class Store:
         return await self.db.read(episodes.locate, run_seq, episode_id)
 
     async def episode_page(
-        self, run_seq: int, stream: str, after_seq: int, limit: int
+        self, run_seq: int, stream: str, after_seq: int, limit: int, **filters: Any
     ) -> list[dict[str, Any]]:
-        return await self.db.read(episodes.page_for_export, run_seq, stream, after_seq, limit)
+        return await self.db.read(
+            lambda conn: episodes.page_for_export(
+                conn, run_seq, stream, after_seq, limit, **filters
+            )
+        )
 
     async def segment_keys(self, run_seq: int, stream: str) -> list[str]:
         return await self.db.read(episodes.segment_keys, run_seq, stream)
