@@ -34,6 +34,7 @@ def init(
     framework: str | None = None,
     description: str | None = None,
     tags: Sequence[str] | None = None,
+    group: str | None = None,
     config: str | os.PathLike[str] | ConfigSource | Mapping[str, Any] | None = None,
     training: TrainingSpec | None = None,
     id: str | None = None,
@@ -56,6 +57,7 @@ def init(
       by `openruns run`) is attached to; a process with a non-zero `RANK` / `LOCAL_RANK` only
       ever attaches (without a run to attach to, its run is disabled, with a warning).
     - `config`: a path (stored byte-for-byte with its format), a ConfigSource or a mapping.
+    - `group`: a name shared by the runs of one experiment (the dashboard groups by it).
     - `mode`: online (a server; default when a base URL is configured), offline (a real run
       written under `dir`, default `./openruns`), disabled (everything accepted and discarded).
 
@@ -71,6 +73,8 @@ def init(
                 f"training must be a TrainingSpec, got {type(training).__name__}"
             )
     tags_list = _string_list("tags", tags)
+    if group is not None and (not isinstance(group, str) or not group or len(group) > 256):
+        raise ConfigurationError(f"group must be a string of 1 to 256 characters, got {group!r}")
     envs = _environments(environments)
     config_source = ConfigSource.coerce(config)
     if id is not None and (not isinstance(id, str) or not id or "/" in id):
@@ -139,6 +143,7 @@ def init(
         "framework": framework,
         "description": description,
         "tags": tags_list,
+        "group": group,
         "config": config_source.to_dict() if config_source else None,
         "training": training.to_dict() if training else None,
         "team_id": settings.team_id,

@@ -37,6 +37,7 @@ Tag = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 ShortText = Annotated[str, StringConstraints(max_length=1024)]
 LongText = Annotated[str, StringConstraints(max_length=100_000)]
 TeamId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+GroupName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 Status = Literal["running", "completed", "failed", "cancelled", "crashed"]
 Terminal = Literal["completed", "failed", "cancelled", "crashed"]
 Count = Annotated[int, Field(ge=0, le=MAX_INT)]
@@ -73,6 +74,7 @@ class RunCreate(_Body):
     config: ConfigIn | None = None
     training: dict[str, Any] | None = None
     team_id: TeamId | None = None
+    group: GroupName | None = Field(None, description="runs of one experiment (grouped by)")
 
 
 class RunPatch(_Body):
@@ -80,6 +82,8 @@ class RunPatch(_Body):
     tags: list[Tag] | None = Field(None, max_length=100)
     description: LongText | None = None
     losses: Losses | None = None
+    notes: LongText | None = Field(None, description="a reader's notes on the run; null clears")
+    group: GroupName | None = Field(None, description="null clears")
 
 
 class RunFinish(_Body):
@@ -109,6 +113,8 @@ class RunOut(BaseModel):
     updated_at: float
     finished_at: float | None
     last_heartbeat_at: float | None
+    notes: str | None
+    group: str | None
     url: str
 
 

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from . import episodes, export, health, metrics, runs
+from . import episodes, export, health, metrics, rollouts, runs
 
 __all__ = ["ROUTERS"]
 
-ROUTERS = (health.router, runs.router, metrics.router, episodes.router, export.router)
+ROUTERS = (
+    health.router,
+    runs.router,
+    metrics.router,
+    episodes.router,
+    export.router,
+    rollouts.router,
+)

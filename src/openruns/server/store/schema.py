@@ -12,6 +12,8 @@ create it; a change here needs a new numbered migration.
 - segments / episodes: one immutable blob per episodes upload, and one index row per record
   pointing into it (the zstd frame holding it, and the record's place inside that frame).
 - receipts: the answer to every bulk upload, by Idempotency-Key, so a replay stores nothing.
+- episode_search (migration 0006): the full-text index of rollouts; its shape differs by
+  dialect (FTS5 / tsvector), so it is not a Table here: store/search.py writes its SQL.
 """
 
 from __future__ import annotations
@@ -103,9 +105,12 @@ runs = Table(
     Column("updated_at", Float, nullable=False),
     Column("finished_at", Float),
     Column("last_heartbeat_at", Float),
+    Column("notes", Text),
+    Column("group_name", String(256)),
     UniqueConstraint("team_id", "create_key", name="uq_runs_team_create_key"),
     Index("ix_runs_team_seq", "team_id", "seq"),
     Index("ix_runs_status", "status"),
+    Index("ix_runs_team_group", "team_id", "group_name"),
 )
 
 run_tags = Table(

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from . import episodes, keys, metrics, runs
+from . import episodes, keys, metrics, rewards, runs, search, timeline
 from .db import Database
 from .receipts import get_receipt, put_receipt
 
@@ -194,3 +194,36 @@ class Store:
 
     async def segment_keys(self, run_seq: int, stream: str) -> list[str]:
         return await self.db.read(episodes.segment_keys, run_seq, stream)
+
+    # -- rollouts: search, record locations, reward distributions, step times (issue 14) ----
+
+    async def search_cursor(self) -> int:
+        return await self.db.read(search.indexed_seq)
+
+    async def search_pending(self, after_seq: int, limit: int) -> list[dict[str, Any]]:
+        return await self.db.read(search.pending, after_seq, limit)
+
+    async def index_documents(self, expected: int, new: int, docs: list[search.Document]) -> bool:
+        return await self.db.write(search.add_documents, expected, new, docs)
+
+    async def search(self, run_seq: int, query: Any, **filters: Any) -> list[dict[str, Any]]:
+        return await self.db.read(lambda conn: search.search(conn, run_seq, query, **filters))
+
+    async def search_progress(self, run_seq: int) -> dict[str, int]:
+        return await self.db.read(search.run_progress, run_seq)
+
+    async def locations(self, run_seq: int, ids: list[str]) -> dict[str, dict[str, Any]]:
+        return await self.db.read(search.locations, run_seq, ids)
+
+    async def step_rewards(self, run_seq: int, stream: str, step: int) -> dict[str, Any]:
+        return await self.db.read(rewards.step_rewards, run_seq, stream, step)
+
+    async def reward_quantiles(
+        self, run_seq: int, stream: str, step_min: int | None, step_max: int | None, max_points: int
+    ) -> dict[str, list[Any]]:
+        return await self.db.read(
+            rewards.reward_quantiles, run_seq, stream, step_min, step_max, max_points
+        )
+
+    async def timeline(self, run_seq: int, points: int) -> dict[str, list[Any]]:
+        return await self.db.read(timeline.timeline, run_seq, points)
