@@ -80,7 +80,7 @@ def test_runs_table_pages_on_the_server(page, seeded):
     expect(page.locator("#page-newer")).to_be_disabled()
 
 
-def test_run_page_charts_every_point_and_keeps_spikes(page, seeded, screenshot):
+def test_run_page_charts_every_point_and_keeps_spikes(page, seeded):
     page.goto(f"/runs/{seeded.train}")
     header = page.locator("#run-header")
     expect(header.locator(".badge").first).to_have_text("completed")
@@ -97,9 +97,7 @@ def test_run_page_charts_every_point_and_keeps_spikes(page, seeded, screenshot):
 
     # More points than pixels: at most one bucket per pixel, and the spike is in the band.
     grad = chart(page, "train/grad_norm")
-    page.set_viewport_size({"width": 1280, "height": 1240})  # the screenshot shows both
     expect(grad).to_have_attribute("data-downsampled", "true")
-    screenshot(page, "run")
     drawn = int(grad.get_attribute("data-points"))
     width = page.eval_on_selector(
         'figure.chart[data-key="train/grad_norm"] .plot', "(el) => el.clientWidth"
@@ -173,14 +171,13 @@ def test_failed_run_shows_its_error(page, seeded):
     expect(page.locator(".error-box")).to_contain_text("CUDA out of memory")
 
 
-def test_step_lists_episodes_sorted_by_reward_and_filters(page, seeded, screenshot):
+def test_step_lists_episodes_sorted_by_reward_and_filters(page, seeded):
     page.goto(f"/runs/{seeded.train}/steps/3")
     rows = page.locator("#episodes tbody tr")
     expect(rows).to_have_count(EPISODES_PER_STEP)
     rewards = [float(r) for r in rows.evaluate_all("(rows) => rows.map((r) => r.dataset.reward)")]
     assert rewards == sorted(seeded.rewards[3], reverse=True)
     expect(page.locator("#step-stats")).to_contain_text(f"{EPISODES_PER_STEP} episodes")
-    screenshot(page, "step")
 
     page.select_option("#f-sort", "reward")
     expect(rows.nth(0)).to_have_attribute("data-reward", str(min(seeded.rewards[3])))

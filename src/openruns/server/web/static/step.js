@@ -74,14 +74,12 @@ function addEnv(name, select = false) {
   if (select) el("f-env").value = name;
 }
 
+const PREVIEW_FIELDS = ["prompt", "reply", "answer"]; // cells 3, 4, 5 of a row
+
 function previewCell(item, field) {
   const preview = state.previews.get(item.id);
   const text = preview?.[field];
-  const td = h("td", { class: `preview ${field}`, title: text || null }, text ?? (preview ? h("span", { class: "muted" }, "—") : ""));
-  if (field === "reply" && preview?.answer !== undefined) {
-    td.append(h("span", { class: "expected muted" }, ` (expected ${preview.answer})`));
-  }
-  return td;
+  return h("td", { class: `preview ${field}`, title: text || null }, text ?? (preview ? h("span", { class: "muted" }, "—") : ""));
 }
 
 function row(item, rank) {
@@ -100,8 +98,7 @@ function row(item, rank) {
     h("td", {}, box),
     h("td", { class: "num" }, rank),
     h("td", { class: "num" }, formatNumber(item.reward)),
-    previewCell(item, "prompt"),
-    previewCell(item, "reply"),
+    ...PREVIEW_FIELDS.map((field) => previewCell(item, field)),
     h("td", { class: "env" }, envName(item.env)),
     h("td", {}, okBadge(item.ok)),
     h("td", { class: "num" }, formatNumber(item.tokens)),
@@ -136,8 +133,7 @@ async function loadPreviews() {
     for (const tr of tbody.rows) {
       const item = state.rows.find((r) => r.id === tr.dataset.id);
       if (!item || !ids.includes(item.id)) continue;
-      tr.cells[3].replaceWith(previewCell(item, "prompt"));
-      tr.cells[4].replaceWith(previewCell(item, "reply"));
+      PREVIEW_FIELDS.forEach((field, i) => tr.cells[3 + i].replaceWith(previewCell(item, field)));
     }
   }
   tbody.dataset.previews = "loaded";
@@ -176,7 +172,8 @@ async function drawHistogram() {
   const values = body.values;
   const caption = [`${formatNumber(values.length)} rewards`];
   if (values.length) {
-    const median = values[Math.floor((values.length - 1) / 2)];
+    const middle = (values.length - 1) / 2;
+    const median = (values[Math.floor(middle)] + values[Math.ceil(middle)]) / 2;
     caption.push(`min ${formatNumber(values[0])}`, `median ${formatNumber(median)}`, `max ${formatNumber(values[values.length - 1])}`);
   }
   if (body.missing) caption.push(`${formatNumber(body.missing)} without a reward`);
