@@ -4,13 +4,17 @@ and the run fields a reader edits (notes, tags, group)."""
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import numpy
 import pytest
 
+import openruns
 import openruns.api
 from openruns.server.store.rewards import quantile
+from openruns.sync import sync_run
+from openruns.upload.http import ApiClient
 
 from .helpers import create_run, error_of, metric_rows, ndjson, upload
 
@@ -239,3 +243,21 @@ def test_notes_tags_and_group_are_edited_and_runs_filter_by_group(client):
     assert cleared["notes"] is None and cleared["group"] is None
     assert client.get("/runs", params={"group": "sweep-1"}).json()["items"] == []
     assert error_of(client.patch(f"/runs/{rid}", json={"group": ""}))[0] == 422
+
+
+def test_init_group_reaches_the_server_online_and_through_sync(shared_server, client, tmp_path):
+    online = openruns.init(kind="eval", group="sweep-7", base_url=shared_server.url, dir=tmp_path)
+    online.finish()
+    assert client.get(f"/runs/{online.id}").json()["group"] == "sweep-7"
+    for name in ("OPENRUNS_RUN_ID", "OPENRUNS_RUN_PID", "OPENRUNS_RUN_KIND", "OPENRUNS_RUN_DIR"):
+        os.environ.pop(name, None)  # the next init opens a run of its own
+    offline = openruns.init(kind="eval", group="sweep-8", mode="offline", dir=tmp_path / "off")
+    offline.finish()
+    http = ApiClient(shared_server.url, None)
+    try:
+        assert sync_run(http, offline.dir).errors == []
+    finally:
+        http.close()
+    assert client.get(f"/runs/{offline.id}").json()["group"] == "sweep-8"
+    with pytest.raises(openruns.ConfigurationError, match="group"):
+        openruns.init(kind="eval", group="", mode="disabled")

@@ -123,8 +123,8 @@ async def search(
     )
     next_cursor = encode_cursor([hits[limit - 1]["seq"]]) if len(hits) > limit else None
     hits = hits[:limit]
-    found = await state.store.locations(run["seq"], [h["id"] for h in hits])
-    texts = await run_in_threadpool(_texts, state, [found.get(h["id"]) for h in hits])
+    found = await state.store.places([h["seq"] for h in hits])
+    texts = await run_in_threadpool(_texts, state, [found.get(h["seq"]) for h in hits])
     for hit, text in zip(hits, texts, strict=True):
         del hit["seq"]
         hit["snippets"] = snippets(text, query)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, select, text
+from sqlalchemy import Connection, func, select, text
 
 from .schema import episodes, segments, server_meta
 from .sql import upsert
@@ -40,6 +40,7 @@ __all__ = [
     "indexed_seq",
     "locations",
     "pending",
+    "places",
     "run_progress",
     "search",
 ]
@@ -147,6 +148,16 @@ def locations(conn: Connection, run_seq: int, ids: list[str]) -> dict[str, dict[
     return {row["episode_id"]: dict(row) for row in conn.execute(query).mappings()}
 
 
+def places(conn: Connection, seqs: list[int]) -> dict[int, dict[str, Any]]:
+    """{seq: where the record of that index row is}."""
+    query = (
+        select(*_LOCATION)
+        .join(segments, segments.c.id == _e.c.segment_id)
+        .where(_e.c.seq.in_(seqs))
+    )
+    return {row["seq"]: dict(row) for row in conn.execute(query).mappings()}
+
+
 def search(
     conn: Connection,
     run_seq: int,
@@ -166,6 +177,14 @@ def search(
     """Up to `limit` hits (index rows plus `seq`), newest first, below `before_seq`."""
     params: dict[str, Any] = {"limit": limit}
     where = []
+    if step_min is not None or step_max is not None:
+        # A step range is also a range of seqs (records of a step arrive together, give or
+        # take late ones), which the full-text index can seek to instead of walking every
+        # newer hit; the exact step test stays below.
+        span = _seq_span(conn, run_seq, stream, step_min, step_max)
+        if span is None:
+            return []
+        params["seq_lo"], params["seq_hi"] = span
     for column, op, value in (
         ("e.step", ">=", step_min),
         ("e.step", "<=", step_max),
@@ -189,6 +208,8 @@ def search(
             params["kind"] = kind
         key = "s.seq"
         source = "episode_search s JOIN episodes e ON e.seq = s.seq"
+        if "seq_lo" in params:
+            where.append("s.seq BETWEEN :seq_lo AND :seq_hi")
     else:
         scope = [f"r{run_seq}", f"s{_token(stream)}"] + ([f"k{_token(kind)}"] if kind else [])
         where.append("episode_search MATCH :q")
@@ -197,6 +218,8 @@ def search(
         )
         key = "episode_search.rowid"
         source = "episode_search JOIN episodes e ON e.seq = episode_search.rowid"
+        if "seq_lo" in params:
+            where.append("episode_search.rowid BETWEEN :seq_lo AND :seq_hi")
     if before_seq is not None:
         where.append(f"{key} < :before")
         params["before"] = before_seq
@@ -206,6 +229,21 @@ def search(
     for row in rows:  # a raw query: SQLite hands booleans back as integers
         row["ok"] = None if row["ok"] is None else bool(row["ok"])
     return rows
+
+
+def _seq_span(
+    conn: Connection, run_seq: int, stream: str, step_min: int | None, step_max: int | None
+) -> tuple[int, int] | None:
+    """The lowest and highest seq of the run's records in the step range (None: no record)."""
+    query = select(func.min(_e.c.seq), func.max(_e.c.seq)).where(
+        _e.c.run_seq == run_seq, _e.c.stream == stream
+    )
+    if step_min is not None:
+        query = query.where(_e.c.step >= step_min)
+    if step_max is not None:
+        query = query.where(_e.c.step <= step_max)
+    lo, hi = conn.execute(query).one()
+    return None if lo is None else (lo, hi)
 
 
 def _scope(run_seq: int, stream: str, kind: str | None) -> str:

@@ -215,6 +215,9 @@ class Store:
     async def locations(self, run_seq: int, ids: list[str]) -> dict[str, dict[str, Any]]:
         return await self.db.read(search.locations, run_seq, ids)
 
+    async def places(self, seqs: list[int]) -> dict[int, dict[str, Any]]:
+        return await self.db.read(search.places, seqs)
+
     async def step_rewards(self, run_seq: int, stream: str, step: int) -> dict[str, Any]:
         return await self.db.read(rewards.step_rewards, run_seq, stream, step)
 
