@@ -20,7 +20,7 @@ import { api, h, prefs } from "./common.js";
 
 export const COLORS = [
   "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
-  "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+  "#17becf", "#8c564b", "#e377c2", "#3f51b5", "#bcbd22",
 ];
 
 // Plotly's bundle loads async (pages.py); charts draw once it has run.
