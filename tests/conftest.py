@@ -17,9 +17,10 @@ _RUN_ENV = (
 
 @pytest.fixture(autouse=True)
 def _isolated_settings(tmp_path, monkeypatch):
-    """No user config, no inherited run, no OPENRUNS_* settings from the developer's shell."""
+    """No user config, no inherited run, no OPENRUNS_* (or PRIME_*, read after them) settings
+    from the developer's shell."""
     for name in list(os.environ):
-        if name.startswith("OPENRUNS_") or name in ("RUN_ID", "RANK", "LOCAL_RANK"):
+        if name.startswith(("OPENRUNS_", "PRIME_")) or name in ("RUN_ID", "RANK", "LOCAL_RANK"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("OPENRUNS_CONFIG_FILE", str(tmp_path / "no-config.toml"))
     yield

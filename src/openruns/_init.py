@@ -18,7 +18,8 @@ from .errors import ConfigurationError
 from .identity import export_run, inherited_run, new_run_id, nonzero_rank
 from .run import Run
 from .settings import Settings
-from .spec import ConfigSource, TrainingSpec
+from .settings import traces_opt_out as resolve_traces_opt_out
+from .spec import ConfigSource, EnvironmentRef, TrainingSpec
 
 __all__ = ["init"]
 
@@ -30,7 +31,7 @@ def init(
     name: str | None = None,
     kind: str = "eval",
     model: str | None = None,
-    environments: Sequence[str | Mapping[str, Any]] | None = None,
+    environments: Sequence[str | Mapping[str, Any] | EnvironmentRef] | None = None,
     framework: str | None = None,
     description: str | None = None,
     tags: Sequence[str] | None = None,
@@ -45,6 +46,7 @@ def init(
     dir: str | os.PathLike[str] | None = None,
     on_error: str | None = None,
     finish_timeout: float | None = None,
+    traces_opt_out: bool | None = None,
 ) -> Run:
     """
     Open a run and return it.
@@ -59,7 +61,11 @@ def init(
     - `config`: a path (stored byte-for-byte with its format), a ConfigSource or a mapping.
     - `group`: a name shared by the runs of one experiment (the dashboard groups by it).
     - `mode`: online (a server; default when a base URL is configured), offline (a real run
-      written under `dir`, default `./openruns`), disabled (everything accepted and discarded).
+      written under `dir`, default `./openruns-runs`), disabled (everything accepted and discarded).
+
+    - `traces_opt_out` (and `PRIME_TRACES_OPT_OUT`): prime-runs' opt-out of Prime Traces,
+      validated as prime-runs does and otherwise without effect: episodes always go to the
+      openruns server (docs/prime-runs.md).
 
     Raises ConfigurationError for invalid arguments or settings, before anything is created.
     """
@@ -90,6 +96,8 @@ def init(
             "finish_timeout": finish_timeout,
         }
     )
+    if settings.mode != "disabled":  # as prime-runs: checked unless the run is disabled
+        resolve_traces_opt_out(traces_opt_out)
 
     inherited = inherited_run()
     rank = nonzero_rank()
@@ -166,13 +174,17 @@ def _string_list(argument: str, values: Sequence[str] | None) -> list[str]:
     return list(values)
 
 
-def _environments(values: Sequence[str | Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+def _environments(
+    values: Sequence[str | Mapping[str, Any] | EnvironmentRef] | None,
+) -> list[dict[str, Any]]:
     if values is None:
         return []
-    if isinstance(values, (str, Mapping)):
+    if isinstance(values, (str, Mapping, EnvironmentRef)):
         values = [values]  # type: ignore[list-item]
     out = []
     for value in values:
+        if isinstance(value, EnvironmentRef):
+            value = value.to_dict()
         if isinstance(value, str) and value:
             out.append({"name": value})
         elif isinstance(value, Mapping) and any(value.get(k) for k in ("name", "id", "slug")):

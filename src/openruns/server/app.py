@@ -24,6 +24,7 @@ from . import search_indexer
 from .config import ServerSettings
 from .handlers import install_handlers
 from .limits import BodyLimit
+from .prime import include_prime
 from .routes import ROUTERS
 from .state import ServerState
 from .web import router as web_router
@@ -74,6 +75,7 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
     )
     for router in ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
+    include_prime(app)  # the routes prime-runs calls (server/prime/)
     app.include_router(web_router)
     return app
 

@@ -29,7 +29,13 @@ from .state import ServerState
 from .store.metrics import MAX_STEP
 from .store.runs import require_running_or_grace
 
-__all__ = ["MAX_KEY_CHARS", "parse_metrics", "upload_episodes", "upload_metrics"]
+__all__ = [
+    "MAX_KEY_CHARS",
+    "ingest_records",
+    "parse_metrics",
+    "upload_episodes",
+    "upload_metrics",
+]
 
 MAX_KEY_CHARS = 512
 
@@ -128,3 +134,36 @@ def parse_metrics(data: bytes) -> tuple[int, Points]:
 
 def _bad_row(lineno: int, message: str) -> Exception:
     return bad_request("invalid_metrics", f"line {lineno}: {message}")
+
+
+async def ingest_records(
+    state: ServerState,
+    run: dict[str, Any],
+    data: bytes,
+    key: str,
+    stream: str,
+    default_step: int | None = None,
+) -> dict[str, Any]:
+    """
+    Store NDJSON records that reached the server some other way than POST .../episodes (the
+    Prime wire: a Prime Traces batch, the episodes inside eval sample rows or training
+    Parquet), exactly as an episodes upload of `data` with Idempotency-Key `key` is stored:
+    one segment, its index rows and the receipt; a repeat of `key` stores nothing. Records
+    that say no step are indexed at `default_step` (the records themselves are kept as sent).
+    The caller has admitted the request and checked the run.
+    """
+    prior = await state.store.receipt(run["seq"], "episodes", key)
+    if prior is not None:
+        return prior
+    segment = await run_in_threadpool(build_segment, data)
+    if default_step is not None:
+        for row in segment.rows:
+            if row["step"] is None:
+                row["step"] = default_step
+    if not segment.rows:
+        return {"status": "committed", "records": 0, "receipt": key}
+    blob_key = f"runs/{run['seq']}/{stream}/{secrets.token_hex(12)}.ndjson.zst"
+    await run_in_threadpool(state.blobs.put_atomic, blob_key, segment.blob)
+    return await state.store.commit_segment(
+        run["seq"], key, stream, blob_key, len(segment.blob), segment.rows
+    )

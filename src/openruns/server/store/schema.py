@@ -12,6 +12,9 @@ create it; a change here needs a new numbered migration.
 - segments / episodes: one immutable blob per episodes upload, and one index row per record
   pointing into it (the zstd frame holding it, and the record's place inside that frame).
 - receipts: the answer to every bulk upload, by Idempotency-Key, so a replay stores nothing.
+- prime_environments / prime_objects: what the Prime wire (server/prime/) keeps beyond runs,
+  metrics and episodes: environment ids handed out by the hub calls, and the eval sample rows
+  and training Parquet objects stored in the blob store, one row per object.
 - episode_search (migration 0006): the full-text index of rollouts; its shape differs by
   dialect (FTS5 / tsvector), so it is not a Table here: store/search.py writes its SQL.
 """
@@ -41,6 +44,8 @@ __all__ = [
     "metric_blocks",
     "metric_keys",
     "metric_points",
+    "prime_environments",
+    "prime_objects",
     "receipts",
     "run_tags",
     "runs",
@@ -199,4 +204,35 @@ receipts = Table(
     Column("key", String(256), primary_key=True),
     Column("response", Text, nullable=False),
     Column("created_at", Float, nullable=False),
+)
+
+
+# -- the Prime wire (migration 0003) -------------------------------------------------------------
+
+prime_environments = Table(
+    "prime_environments",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("team_id", String(128), nullable=False),
+    Column("owner", String(256), nullable=False),
+    Column("name", String(256), nullable=False),
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("team_id", "owner", "name", name="uq_prime_environments_team_slug"),
+)
+
+prime_objects = Table(
+    "prime_objects",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_seq", Integer, nullable=False),
+    # eval_samples: one POST /evaluations/{id}/samples (zstd NDJSON of the rows as sent);
+    # train_samples: one confirmed training-samples Parquet object, as PUT.
+    Column("kind", String(16), nullable=False),
+    Column("step", BigInteger),
+    Column("blob_key", String(512), nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("rows", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("run_seq", "blob_key", name="uq_prime_objects_run_blob"),
+    Index("ix_prime_objects_run_kind", "run_seq", "kind", "step", "id"),
 )

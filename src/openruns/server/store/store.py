@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from . import episodes, keys, metrics, rewards, runs, search, timeline
+from . import episodes, keys, metrics, prime, rewards, runs, search, timeline
 from .db import Database
 from .receipts import get_receipt, put_receipt
 
@@ -194,6 +194,78 @@ class Store:
 
     async def segment_keys(self, run_seq: int, stream: str) -> list[str]:
         return await self.db.read(episodes.segment_keys, run_seq, stream)
+
+    # -- the Prime wire (server/prime/; SQL in prime.py) ------------------------------------
+
+    async def prime_environment(self, team_id: str, owner: str, name: str) -> dict[str, Any]:
+        return await self.db.write(prime.resolve_environment, team_id, owner, name, time.time())
+
+    async def prime_environment_names(self, team_id: str, ids: list[str]) -> dict[str, str]:
+        return await self.db.read(prime.environment_names, team_id, ids)
+
+    async def prime_create_run(self, team_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+        return await self.db.write(prime.create_run, team_id, fields, time.time())
+
+    async def prime_update_run(
+        self, run: dict[str, Any], config: dict[str, Any] | None, summary: dict[str, Any] | None
+    ) -> None:
+        await self.db.write(prime.update_run, run["seq"], config, summary, time.time())
+
+    async def prime_close_run(
+        self,
+        run: dict[str, Any],
+        status: str,
+        error: str | None,
+        summary: dict[str, Any] | None,
+        *,
+        repeat_ok: bool,
+    ) -> dict[str, Any]:
+        def write(conn: Connection) -> bool:
+            return prime.close_run(
+                conn, run["seq"], status, error, summary, time.time(), repeat_ok=repeat_ok
+            )
+
+        await self.db.write(write)
+        return await self._reread(run)
+
+    async def prime_metric_row(
+        self,
+        run_seq: int,
+        key: str,
+        step: int | None,
+        values: dict[str, float],
+        ts: float | None,
+    ) -> dict[str, Any]:
+        return await self.db.write(
+            prime.ingest_metric_row, run_seq, key, step, values, ts, time.time()
+        )
+
+    async def prime_add_object(
+        self,
+        run_seq: int,
+        kind: str,
+        step: int | None,
+        blob_key: str,
+        nbytes: int,
+        rows: int,
+        receipt: tuple[str, dict[str, Any]] | None,
+    ) -> bool:
+        return await self.db.write(
+            prime.add_object, run_seq, kind, step, blob_key, nbytes, rows, receipt, time.time()
+        )
+
+    async def prime_objects(
+        self, run_seq: int, kind: str, step: int | None = None
+    ) -> list[dict[str, Any]]:
+        return await self.db.read(prime.list_objects, run_seq, kind, step)
+
+    async def prime_upload_receipt(self, run_seq: int, key: str) -> dict[str, Any] | None:
+        return await self.db.read(prime.upload_receipt, run_seq, key)
+
+    async def prime_put_upload_receipt(
+        self, run_seq: int, key: str, receipt: dict[str, Any]
+    ) -> None:
+        await self.db.write(prime.put_upload_receipt, run_seq, key, receipt, time.time())
 
     # -- rollouts: search, record locations, reward distributions, step times (issue 14) ----
 

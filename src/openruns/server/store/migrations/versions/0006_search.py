@@ -11,7 +11,7 @@
 - The indexer's progress (the last episode seq indexed) is the `search_seq` row of server_meta.
 
 Revision ID: 0006
-Revises: 0001
+Revises: 0003
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006"
-down_revision = "0001"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
