@@ -7,11 +7,12 @@ adds each committed record's text to the full-text index (store/search.py).
 It never touches an upload's request or transaction: uploads commit as before, and the index
 catches up behind them. Each round reads the index rows after its cursor (at most BATCH_ROWS
 rows, or BATCH_FRAME_BYTES of compressed frames), reads their records from the blob store,
-extracts their text on a worker thread, and writes the documents and the new cursor in one
-short transaction. Between rounds it rests for as long as the round took (three times as long
-while uploads are in flight), so it takes at most half of one core, and a quarter while
-ingest is busy; with nothing new it looks again every IDLE_SECONDS. Several replicas may run
-it: the cursor is moved by compare-and-set, and a round that lost the race is dropped.
+extracts their text on a worker thread, and writes the documents (at most BATCH_TEXT_CHARS of
+text) and the new cursor in one short transaction. Between rounds it rests for as long as the
+round took (three times as long while uploads are in flight), so it takes at most half of one
+core, and a quarter while ingest is busy; with nothing new it looks again every IDLE_SECONDS.
+Several replicas may run it: the cursor is moved by compare-and-set, and a round that lost the
+race is dropped.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ logger = logging.getLogger("openruns.server")
 
 BATCH_ROWS = 256
 BATCH_FRAME_BYTES = 16 * 1024 * 1024
+# Text written in one transaction: the writer thread is the uploads' too, so a round holds it
+# for ~0.1-0.2 s at most (FTS5 takes ~10-20 MB/s of text here).
+BATCH_TEXT_CHARS = 2_000_000
 IDLE_SECONDS = 1.0
 ERROR_SECONDS = 10.0
 
@@ -55,16 +59,16 @@ async def follow(state: ServerState) -> None:
 
 
 async def index_round(state: ServerState) -> int:
-    """Index the next batch of rows; returns how many rows the round covered (0: none new)."""
+    """Index the next batch of rows; returns how many the round covered (0: none new)."""
     cursor = await state.store.search_cursor()
     rows = _bounded(await state.store.search_pending(cursor, BATCH_ROWS))
     if not rows:
         return 0
-    docs = await run_in_threadpool(build_documents, state, rows)
-    newest = max(row["seq"] for row in rows)
+    docs = _within_text_budget(await run_in_threadpool(build_documents, state, rows))
+    newest = docs[-1][0]  # rows after it are read again next round
     if not await state.store.index_documents(cursor, newest, docs):
         return 0  # another replica indexed these
-    return len(rows)
+    return len(docs)
 
 
 def _bounded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -79,6 +83,16 @@ def _bounded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if total > BATCH_FRAME_BYTES and i > 0:
                 return rows[:i]
     return rows
+
+
+def _within_text_budget(docs: list[Document]) -> list[Document]:
+    """The first documents whose text comes to at most BATCH_TEXT_CHARS (at least one)."""
+    total = 0
+    for i, doc in enumerate(docs):
+        total += len(doc[4])
+        if total > BATCH_TEXT_CHARS and i > 0:
+            return docs[:i]
+    return docs
 
 
 def build_documents(state: ServerState, rows: list[dict[str, Any]]) -> list[Document]:
