@@ -35,6 +35,7 @@ def init(
     framework: str | None = None,
     description: str | None = None,
     tags: Sequence[str] | None = None,
+    group: str | None = None,
     config: str | os.PathLike[str] | ConfigSource | Mapping[str, Any] | None = None,
     training: TrainingSpec | None = None,
     id: str | None = None,
@@ -68,6 +69,7 @@ def init(
     - otherwise a new run is created and owned by this process.
 
     `config`: a path (stored byte-for-byte with its format), a ConfigSource or a mapping.
+    `group`: a name shared by the runs of one experiment (the dashboard groups by it).
     `mode`: online (a server; default when a base URL is configured), offline (a real run
     written under `dir`, default `./openruns-runs`), disabled (everything accepted and
     discarded). `traces_opt_out` (and `PRIME_TRACES_OPT_OUT`): prime-runs' opt-out of Prime
@@ -84,6 +86,7 @@ def init(
         framework=framework,
         description=description,
         tags=tags,
+        group=group,
         config=config,
         training=training,
         id=id,
@@ -115,6 +118,7 @@ def open_run(
     settings_arguments: Mapping[str, Any],
     traces_opt_out: bool | None = None,
     name_at_close: bool = False,
+    group: str | None = None,
 ) -> Run:
     """init(), with one more choice for launchers: `name_at_close` leaves an unnamed run
     without a name until it closes (so a component's init(name=...) can name it first)."""
@@ -128,6 +132,8 @@ def open_run(
                 f"training must be a TrainingSpec, got {type(training).__name__}"
             )
     tags_list = _string_list("tags", tags)
+    if group is not None and (not isinstance(group, str) or not group or len(group) > 256):
+        raise ConfigurationError(f"group must be a string of 1 to 256 characters, got {group!r}")
     envs = _environments(environments)
     config_source = ConfigSource.coerce(config)
     if id is not None and (not isinstance(id, str) or not id or "/" in id):
@@ -143,6 +149,7 @@ def open_run(
         "framework": framework,
         "description": description,
         "tags": tags_list,
+        "group": group,
         "config": config_source.to_dict() if config_source else None,
         "training": training.to_dict() if training else None,
     }

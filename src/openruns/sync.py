@@ -142,7 +142,7 @@ def _ensure_run(client: ApiClient, run_id: str, meta: dict[str, Any]) -> None:
         return
     except NotFoundError:
         pass
-    keys = ("kind", "name", "model", "environments", "framework", "description", "tags")
+    keys = ("kind", "name", "model", "environments", "framework", "description", "tags", "group")
     body = {k: meta[k] for k in (*keys, "config", "training", "team_id") if meta.get(k) is not None}
     body.setdefault("kind", "eval")
     body["id"] = run_id

@@ -19,6 +19,7 @@ __all__ = ["Client"]
 RETRY_SECONDS = 30.0
 _RUNS_PAGE = 200
 _EPISODES_PAGE = 500
+_SEARCH_PAGE = 100
 
 
 class Client:
@@ -184,6 +185,42 @@ class Client:
         episode when `episode_id` is given."""
         params = {"episode_id": episode_id}
         yield from self._pages(f"{_run_path(run_id)}/annotations", params, 1000)
+
+    def search(
+        self,
+        run_id: str,
+        q: str,
+        *,
+        stream: str = "episodes",
+        kind: str | None = None,
+        step_min: int | None = None,
+        step_max: int | None = None,
+        env: str | None = None,
+        ok: bool | None = None,
+        reward_min: float | None = None,
+        reward_max: float | None = None,
+        limit: int | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """
+        Records of a run whose text has every word of `q` (words, "quoted phrases", prefix*
+        words; case-insensitive), newest first: index rows plus `snippets`, each
+        `{"label", "text", "matches": [[start, end], ...]}`. `kind` is the work (train / eval).
+        The index is built behind ingest, so records uploaded a moment ago may not match yet.
+        """
+        params = {
+            "q": q,
+            "stream": stream,
+            "kind": kind,
+            "step_min": step_min,
+            "step_max": step_max,
+            "env": env,
+            "ok": None if ok is None else str(ok).lower(),
+            "reward_min": reward_min,
+            "reward_max": reward_max,
+        }
+        page_size = min(_SEARCH_PAGE, limit) if limit else _SEARCH_PAGE
+        pages = self._pages(f"{_run_path(run_id)}/search", params, page_size)
+        return itertools.islice(pages, limit) if limit is not None else pages
 
     def _pages(self, path: str, params: dict[str, Any], limit: int) -> Iterator[dict[str, Any]]:
         query = {k: v for k, v in params.items() if v is not None}

@@ -40,6 +40,7 @@ Tag = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 ShortText = Annotated[str, StringConstraints(max_length=1024)]
 LongText = Annotated[str, StringConstraints(max_length=100_000)]
 TeamId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+GroupName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 Status = Literal["running", "completed", "failed", "cancelled", "crashed"]
 Terminal = Literal["completed", "failed", "cancelled", "crashed"]
 Count = Annotated[int, Field(ge=0, le=MAX_INT)]
@@ -76,6 +77,7 @@ class RunCreate(_Body):
     config: ConfigIn | None = None
     training: dict[str, Any] | None = None
     team_id: TeamId | None = None
+    group: GroupName | None = Field(None, description="runs of one experiment (grouped by)")
     resume: bool = Field(
         False,
         description="a process resuming the run with an explicit id: an existing run that "
@@ -111,6 +113,8 @@ class RunPatch(_Body):
     description: LongText | None = None
     losses: Losses | None = None
     fill: RunFill | None = Field(None, description="set each field only where the run has none")
+    notes: LongText | None = Field(None, description="a reader's notes on the run; null clears")
+    group: GroupName | None = Field(None, description="null clears")
 
 
 class RunFinish(_Body):
@@ -140,6 +144,8 @@ class RunOut(BaseModel):
     updated_at: float
     finished_at: float | None
     last_heartbeat_at: float | None
+    notes: str | None
+    group: str | None
     url: str
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from . import episodes, export, health, metrics, runs
-from .annotations import router as annotations_router  # `from . import` would find the
+from . import episodes, export, health, metrics, rollouts, runs
 
-# `annotations` __future__ feature of this package instead of the submodule
+# Not `from . import annotations`: that name is the __future__ feature imported above.
+from .annotations import router as annotations_router
 
 __all__ = ["ROUTERS"]
 
@@ -16,4 +16,5 @@ ROUTERS = (
     episodes.router,
     annotations_router,
     export.router,
+    rollouts.router,
 )

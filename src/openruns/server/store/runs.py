@@ -50,6 +50,7 @@ def _run(row: RowMapping | dict[str, Any]) -> dict[str, Any]:
     for name in JSON_COLUMNS:
         if out[name] is not None:
             out[name] = orjson.loads(out[name])
+    out["group"] = out.pop("group_name", None)  # "group" is an SQL keyword; the API says group
     return out
 
 
@@ -126,6 +127,8 @@ def create_run(
         # A scheduler's run has no owner process to heartbeat: a heartbeat "at infinity" is never
         # stale (the convention of prime.NO_HEARTBEAT; the API shows it as null).
         "last_heartbeat_at": None if fields.get("heartbeat", True) else math.inf,
+        "notes": None,
+        "group_name": fields.get("group"),
     }
     seq = conn.execute(insert(runs).values(values)).inserted_primary_key[0]
     _set_tags(conn, seq, tags)
@@ -143,6 +146,7 @@ def list_runs(
     tag: str | None,
     limit: int,
     before_seq: int | None,
+    group: str | None = None,
 ) -> list[dict[str, Any]]:
     """Newest first; up to `limit` runs with seq below `before_seq`."""
     query = select(runs).order_by(runs.c.seq.desc()).limit(limit)
@@ -158,6 +162,8 @@ def list_runs(
         query = query.where(runs.c.name.icontains(name, autoescape=True))
     if tag:
         query = query.where(runs.c.seq.in_(select(run_tags.c.run_seq).where(run_tags.c.tag == tag)))
+    if group:
+        query = query.where(runs.c.group_name == group)
     if before_seq is not None:
         query = query.where(runs.c.seq < before_seq)
     return [_run(row) for row in conn.execute(query).mappings()]
@@ -175,8 +181,9 @@ def patch_run(conn: Connection, seq: int, changes: dict[str, Any], now: float) -
         values["summary"] = dump_json(merged, "summary")
     if "losses" in changes:
         values["losses"] = dump_json(changes["losses"], "losses")
-    if "description" in changes:
-        values["description"] = changes["description"]
+    for field, column in (("description",) * 2, ("notes",) * 2, ("group", "group_name")):
+        if field in changes:
+            values[column] = changes[field]
     if "tags" in changes:
         tags = _unique(changes["tags"])
         values["tags"] = dump_json(tags, "tags")

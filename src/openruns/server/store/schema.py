@@ -18,6 +18,8 @@ create it; a change here needs a new numbered migration.
 - prime_environments / prime_objects: what the Prime wire (server/prime/) keeps beyond runs,
   metrics and episodes: environment ids handed out by the hub calls, and the eval sample rows
   and training Parquet objects stored in the blob store, one row per object.
+- episode_search (migration 0006): the full-text index of rollouts; its shape differs by
+  dialect (FTS5 / tsvector), so it is not a Table here: store/search.py writes its SQL.
 """
 
 from __future__ import annotations
@@ -113,9 +115,12 @@ runs = Table(
     Column("updated_at", Float, nullable=False),
     Column("finished_at", Float),
     Column("last_heartbeat_at", Float),
+    Column("notes", Text),
+    Column("group_name", String(256)),
     UniqueConstraint("team_id", "create_key", name="uq_runs_team_create_key"),
     Index("ix_runs_team_seq", "team_id", "seq"),
     Index("ix_runs_status", "status"),
+    Index("ix_runs_team_group", "team_id", "group_name"),
 )
 
 run_tags = Table(

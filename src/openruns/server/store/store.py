@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from . import episodes, keys, metric_times, metrics, prime, runs
+from . import episodes, keys, metric_times, metrics, prime, rewards, runs, search, timeline
 from .annotations import add as add_annotations
 from .annotations import of_episode as annotations_of_episode
 from .annotations import page as annotations_page
@@ -323,3 +323,39 @@ class Store:
         self, run_seq: int, key: str, receipt: dict[str, Any]
     ) -> None:
         await self.db.write(prime.put_upload_receipt, run_seq, key, receipt, time.time())
+
+    # -- rollouts: search, record locations, reward distributions, step times (issue 14) ----
+
+    async def search_cursor(self) -> int:
+        return await self.db.read(search.indexed_seq)
+
+    async def search_pending(self, after_seq: int, limit: int) -> list[dict[str, Any]]:
+        return await self.db.read(search.pending, after_seq, limit)
+
+    async def index_documents(self, expected: int, new: int, docs: list[search.Document]) -> bool:
+        return await self.db.write(search.add_documents, expected, new, docs)
+
+    async def search(self, run_seq: int, query: Any, **filters: Any) -> list[dict[str, Any]]:
+        return await self.db.read(lambda conn: search.search(conn, run_seq, query, **filters))
+
+    async def search_progress(self, run_seq: int) -> dict[str, int]:
+        return await self.db.read(search.run_progress, run_seq)
+
+    async def locations(self, run_seq: int, ids: list[str]) -> dict[str, dict[str, Any]]:
+        return await self.db.read(search.locations, run_seq, ids)
+
+    async def places(self, seqs: list[int]) -> dict[int, dict[str, Any]]:
+        return await self.db.read(search.places, seqs)
+
+    async def step_rewards(self, run_seq: int, stream: str, step: int) -> dict[str, Any]:
+        return await self.db.read(rewards.step_rewards, run_seq, stream, step)
+
+    async def reward_quantiles(
+        self, run_seq: int, stream: str, step_min: int | None, step_max: int | None, max_points: int
+    ) -> dict[str, list[Any]]:
+        return await self.db.read(
+            rewards.reward_quantiles, run_seq, stream, step_min, step_max, max_points
+        )
+
+    async def timeline(self, run_seq: int, points: int) -> dict[str, list[Any]]:
+        return await self.db.read(timeline.timeline, run_seq, points)
