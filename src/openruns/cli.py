@@ -6,7 +6,9 @@ import argparse
 import importlib
 import sys
 
-__all__ = ["main"]
+from . import __version__
+
+__all__ = ["build_parser", "main"]
 
 # name -> (module, help). Each module has `add_arguments(parser)` and `run(args) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -14,19 +16,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "server": ("openruns.server.cli", "start the tracking server (API and dashboard)"),
     "keys": ("openruns.server.keys_cli", "create, list and revoke the server's API keys"),
     "sync": ("openruns.sync", "upload offline runs and leftover spools to a server"),
+    "runs": ("openruns.runs_cli", "create, finish, list and show runs on a server"),
     "run": ("openruns.launch.run_command", "own a run around one command: openruns run -- CMD"),
     "launch": ("openruns.launch.launch_command", "start a job's components under one run"),
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="openruns", description="openruns: a run tracker")
+    parser.add_argument("--version", action="version", version=f"openruns {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
         command.set_defaults(_module=module)
         _module(module).add_arguments(command)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return int(_module(args._module).run(args) or 0)
     except KeyboardInterrupt:

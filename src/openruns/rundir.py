@@ -5,7 +5,8 @@ batch on disk is, byte for byte, the body of its upload.
     <run dir>/
       run.json                               run metadata and status (written by the owner only)
       writers/<writer>.json                  one per writing process: pid, counts, losses
-      <stream>/<writer>-<seq>.ndjson.zst     sealed segment (stream: metrics, episodes, traces)
+      <stream>/<writer>-<seq>.ndjson.zst     sealed segment (stream: metrics, episodes, traces,
+                                             annotations)
       <stream>/<writer>-<seq>.ndjson.zst.open  the segment a live writer is appending to
       <stream>/acked.ndjson                  spools: {"key"} of each batch the server acknowledged
       <stream>/rejected.ndjson               {"key"} of each batch the server refused (sync)
@@ -52,6 +53,7 @@ __all__ = [
     "BATCH_CONTENT_TYPE",
     "FRAME_BYTES",
     "SEALED_SUFFIX",
+    "ROW_STREAMS",
     "STREAMS",
     "Batch",
     "BatchFormatError",
@@ -75,10 +77,13 @@ __all__ = [
     "read_json",
     "read_record",
     "segment_paths",
+    "upload_target",
     "write_json_atomic",
 ]
 
-STREAMS = ("metrics", "episodes", "traces")
+STREAMS = ("metrics", "episodes", "traces", "annotations")
+# Streams sent on the metrics lane (small rows that must not wait behind episodes).
+ROW_STREAMS = ("metrics", "annotations")
 SEALED_SUFFIX = ".ndjson.zst"
 OPEN_SUFFIX = SEALED_SUFFIX + ".open"
 # A segment is sealed once it holds this many bytes; big enough that a long run has few files,
@@ -96,6 +101,13 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 def new_writer_id() -> str:
     return f"{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def upload_target(run_id: str, stream: str) -> tuple[str, dict[str, str]]:
+    """Where a batch of `stream` is POSTed (under /api/v1), and the headers that say what it is."""
+    if stream in ROW_STREAMS:
+        return f"/runs/{run_id}/{stream}", {}
+    return f"/runs/{run_id}/episodes", {"X-Openruns-Stream": stream}
 
 
 def batch_key(data: bytes) -> str:

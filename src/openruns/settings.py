@@ -1,6 +1,7 @@
 """
-Settings, resolved once at init(): argument, then `OPENRUNS_*` environment, then config file,
-then default.
+Settings, resolved once at init(): argument, then `OPENRUNS_*` environment, then the prime-runs
+variables (`PRIME_API_KEY`, `PRIME_API_BASE_URL` / `PRIME_BASE_URL`, `PRIME_TEAM_ID`,
+`PRIME_RUNS_MODE`), then config file, then default.
 
 The config file is TOML: `$OPENRUNS_CONFIG_FILE`, else `$XDG_CONFIG_HOME/openruns/config.toml`
 (`~/.config/openruns/config.toml`). Its keys are the field names below.
@@ -14,28 +15,57 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from .errors import ConfigurationError
 
-__all__ = ["Mode", "OnError", "Settings", "config_file_path"]
+__all__ = [
+    "DEFAULT_DIR",
+    "MODE_ENV",
+    "TRACES_OPT_OUT_ENV",
+    "Mode",
+    "OnError",
+    "Settings",
+    "config_file_path",
+    "traces_opt_out",
+]
+
+# prime-runs' names for the variables its code reads: the run mode, and the opt-out of Prime
+# Traces (which openruns accepts and validates; episodes always go to the openruns server).
+MODE_ENV = "PRIME_RUNS_MODE"
+TRACES_OPT_OUT_ENV = "PRIME_TRACES_OPT_OUT"
+
+# Fallbacks after OPENRUNS_<NAME>, so code and jobs set up for prime-runs keep working.
+_PRIME_ENV = {
+    "api_key": ("PRIME_API_KEY",),
+    "base_url": ("PRIME_API_BASE_URL", "PRIME_BASE_URL"),
+    "team_id": ("PRIME_TEAM_ID",),
+    "mode": (MODE_ENV,),
+}
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 Mode = Literal["online", "offline", "disabled"]
 OnError = Literal["warn", "raise"]
 
 _MODES = ("online", "offline", "disabled")
 _NONZERO = ("max_queued_records", "upload_buffer_bytes", "request_timeout", "connect_timeout")
+# Not "openruns": a directory of that name in the working directory would shadow the package
+# for `import openruns` in any interpreter that does not have it installed.
+DEFAULT_DIR = "openruns-runs"
 
 
 @dataclass(frozen=True)
 class Settings:
     """
-    Every setting openruns reads. Each field has the environment variable `OPENRUNS_<NAME>`.
+    Every setting openruns reads. Each field has the environment variable `OPENRUNS_<NAME>`;
+    api_key, base_url, team_id and mode also read their prime-runs variable after it.
 
     - `mode`: online | offline | disabled. Default: online when `base_url` is set, else offline.
     - `base_url`: the openruns server, e.g. http://127.0.0.1:8765.
     - `api_key`: a team API key or a per-run token.
     - `team_id`: the team a new run belongs to (servers with auth know it from the key).
-    - `dir`: where offline runs and upload spools are written. Default `./openruns`.
+    - `dir`: where offline runs and upload spools are written. Default `./openruns-runs`.
     - `on_error`: warn (log upload failures, never raise) | raise (re-raise the first failure
       from the next flush() or at the end of finish()).
     - `finish_timeout`: seconds finish() may spend draining uploads. Default 300.
@@ -60,7 +90,7 @@ class Settings:
     base_url: str | None = None
     api_key: str | None = None
     team_id: str | None = None
-    dir: str = "openruns"
+    dir: str = DEFAULT_DIR
     on_error: OnError = "warn"
     finish_timeout: float = 300.0
     max_queued_records: int = 65536
@@ -91,6 +121,9 @@ class Settings:
         for f in fields(cls):
             given = arguments.get(f.name)
             env_value = env.get(f"OPENRUNS_{f.name.upper()}")
+            if env_value in (None, ""):
+                prime = (env[n] for n in _PRIME_ENV.get(f.name, ()) if env.get(n))
+                env_value = next(prime, None)
             if given is not None:
                 values[f.name] = given
             elif env_value not in (None, ""):
@@ -120,6 +153,21 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigurationError(f"config file {path}: {exc}") from exc
 
 
+def _server_url(value: str) -> str:
+    """The server's origin (and path prefix, if any), without a trailing `/` or `/api/v1`."""
+    url = urlsplit(value.strip())
+    if url.scheme not in ("http", "https") or not url.hostname:
+        hint = "" if "://" in value else f" (did you mean http://{value.strip()}?)"
+        raise ConfigurationError(
+            f"base_url must be an http:// or https:// URL with a host, got {value!r}{hint}"
+        )
+    try:
+        url.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise ConfigurationError(f"base_url has an invalid port: {value!r}") from exc
+    return value.strip().rstrip("/").removesuffix("/api/v1")
+
+
 def _validated(values: dict[str, Any]) -> dict[str, Any]:
     mode = str(values["mode"]).strip().lower()
     if mode not in _MODES:
@@ -129,7 +177,7 @@ def _validated(values: dict[str, Any]) -> dict[str, Any]:
         raise ConfigurationError(
             "online mode needs a server: start one with `openruns server` and set "
             "OPENRUNS_BASE_URL (or pass base_url=), or pass mode='offline' for a run written "
-            "to ./openruns that `openruns sync` uploads later"
+            f"to ./{DEFAULT_DIR} that `openruns sync` uploads later"
         )
     if "on_error" in values:
         on_error = str(values["on_error"]).strip().lower()
@@ -137,7 +185,7 @@ def _validated(values: dict[str, Any]) -> dict[str, Any]:
             raise ConfigurationError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
         values["on_error"] = on_error
     if values.get("base_url"):
-        values["base_url"] = str(values["base_url"]).rstrip("/").removesuffix("/api/v1")
+        values["base_url"] = _server_url(str(values["base_url"]))
     for name, kind in (
         ("finish_timeout", float),
         ("max_queued_records", int),
@@ -157,3 +205,24 @@ def _validated(values: dict[str, Any]) -> dict[str, Any]:
     if "dir" in values:
         values["dir"] = os.fspath(values["dir"])
     return values
+
+
+def traces_opt_out(argument: bool | None, environ: Mapping[str, str] | None = None) -> bool:
+    """
+    prime-runs' opt-out of Prime Traces: the argument, else `PRIME_TRACES_OPT_OUT`
+    (1/true/yes/on or 0/false/no/off; blank is unset), else False. A value that is neither
+    raises ConfigurationError, as prime-runs does, before anything is created.
+    """
+    if argument is not None:
+        if not isinstance(argument, bool):
+            raise ConfigurationError(f"traces_opt_out must be True or False, got {argument!r}")
+        return argument
+    env = os.environ if environ is None else environ
+    value = (env.get(TRACES_OPT_OUT_ENV) or "").strip().lower()
+    if not value:
+        return False
+    if value in _TRUE or value in _FALSE:
+        return value in _TRUE
+    raise ConfigurationError(
+        f"{TRACES_OPT_OUT_ENV}={env[TRACES_OPT_OUT_ENV]!r} is not one of true or false"
+    )

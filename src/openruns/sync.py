@@ -36,7 +36,7 @@ from .rundir import (
     read_json,
     segment_paths,
 )
-from .settings import Settings
+from .settings import DEFAULT_DIR, Settings
 from .spec import RunStatus
 from .upload.wire import Disposition, WireClient, disposition, retrying
 
@@ -45,7 +45,9 @@ __all__ = ["SyncResult", "add_arguments", "find_run_dirs", "run", "sync_run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "paths", nargs="*", help="run directories, or directories of runs (default: ./openruns)"
+        "paths",
+        nargs="*",
+        help=f"run directories, or directories of runs (default: ./{DEFAULT_DIR})",
     )
     parser.add_argument("--base-url", help="the server (default: OPENRUNS_BASE_URL)")
     parser.add_argument("--api-key", help="an API key (default: OPENRUNS_API_KEY)")
@@ -171,7 +173,7 @@ class _Sync:
         except NotFoundError:
             pass
         keys = ("kind", "name", "model", "environments", "framework", "description", "tags")
-        fields = (*keys, "config", "training", "team_id")
+        fields = (*keys, "group", "config", "training", "team_id")
         body = {k: meta[k] for k in fields if meta.get(k) is not None}
         body.setdefault("kind", "eval")
         body["id"] = self.run_id

@@ -81,7 +81,8 @@ class FaultProxy:
             await self._stopping.wait()
         await self._client.aclose()
 
-    def _draw(self, method: str, target: str) -> str | None:
+    def _draw(self, method: str = "", target: str = "") -> str | None:
+        """The fault for this request, or None (subclasses may choose by method and target)."""
         self.requests += 1
         fault = self.rule(method, target.split("?")[0]) if self.rule else None
         if fault is None:

@@ -31,7 +31,7 @@ def _batch(records: list[dict], batch_bytes: int = 1 << 30, frame_bytes: int = 4
     assembler = BatchAssembler("episodes")
     out = []
     for record in records:
-        row = {"id": record["id"], "step": None, "kind": record_kind(record, None), "env": "math"}
+        row = {"id": record["id"], "step": None, "kind": record_kind(record), "env": "math"}
         row.update(reward=record["reward"], ok=None, tokens=None, duration=None)
         for work in cutter.add(iter_pieces(record), row):
             out.append(assembler.add(work))
@@ -73,7 +73,7 @@ def test_a_batch_is_stored_as_sent_and_each_record_reads_back(make_server, tmp_p
 
 def test_the_kind_is_stored_from_the_record_or_the_run(make_server, tmp_path):
     server = make_server(data_dir=tmp_path / "data")
-    batch = _batch([_episode(0, work_type="train"), _episode(1), _episode(2, work_type="??")])
+    batch = _batch([_episode(0, work_type="train"), _episode(1), _episode(2, work_type="eval")])
     lines = b"".join(
         orjson.dumps(_episode(i, work_type="train" if i == 4 else None)) + b"\n"
         for i in range(3, 5)
@@ -135,8 +135,8 @@ BAD_BATCHES = {
     "a NaN reward": lambda b: _rewrite_header(
         b, lambda h: h["rows"][0].__setitem__("reward", "NaN")
     ),
-    "an unknown kind": lambda b: _rewrite_header(
-        b, lambda h: h["rows"][0].__setitem__("kind", "test")
+    "a kind too long": lambda b: _rewrite_header(
+        b, lambda h: h["rows"][0].__setitem__("kind", "k" * 17)
     ),
     "a missing checksum": _no_checksum,
     "a header that is not JSON": lambda b: struct.pack("<II", 0x184D2A5B, 3) + b"{{{",

@@ -148,6 +148,31 @@ class ServerBackend:
                 self.run_id, {"summary": summary}, timeout=self.settings.connect_timeout
             )
 
+    def fill(self, fields: dict[str, Any]) -> None:
+        """PATCH `fields` where the run has none (its name, a component's error, ...). One
+        bounded attempt: init() and a process's exit path must not wait long on a server."""
+        if self.local.owner:
+            self.local.fill(fields)  # so `openruns sync` creates the run with them
+
+        patience = self.settings.connect_timeout
+
+        def send() -> Any:
+            self._ensure_created()
+            return self.wire.patch_run(self.run_id, {"fill": fields}, timeout=patience)
+
+        retrying(send, deadline=time.monotonic() + patience)
+
+    def reported_error(self) -> str | None:
+        if self._metadata is not None:
+            return None  # never created on the server: nobody could report there
+        patience = self.settings.connect_timeout
+        run = retrying(
+            lambda: self.wire.get_run(self.run_id, timeout=patience),
+            deadline=time.monotonic() + patience,
+        )
+        error = run.get("error") if run.get("status") == "running" else None
+        return error if isinstance(error, str) and error else None
+
     def finalize(
         self,
         status: RunStatus,

@@ -58,7 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--public-url",
         default=None,
-        help="the URL users reach the server at, for absolute run links (e.g. https://runs.example.com)",
+        help=(
+            "the URL users reach the server at, for absolute run links "
+            "(e.g. https://runs.example.com; default: relative links)"
+        ),
     )
     parser.add_argument(
         "--heartbeat-timeout",
@@ -117,6 +120,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MIB",
         help="upload bytes in flight at once; more get 503 + Retry-After (default %(default)s MiB)",
     )
+    parser.add_argument(
+        "--prime-training-teams",
+        type=_team_list,
+        default=None,
+        metavar="TEAM,...",
+        help="teams that may create external training runs through the Prime wire "
+        "(prime-runs kind='train'); others get 403 with the reason (default: every team)",
+    )
+
+
+def _team_list(value: str) -> frozenset[str]:
+    return frozenset(t.strip() for t in value.split(",") if t.strip())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -137,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         max_decompressed_bytes=args.max_decompressed_mib * MiB,
         max_ingest_requests=args.max_ingest_requests,
         max_ingest_bytes=args.max_ingest_mib * MiB,
+        prime_training_teams=args.prime_training_teams,
     )
     try:
         settings.auth_enabled()  # an unsafe bind fails before the heavy imports

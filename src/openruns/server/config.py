@@ -81,6 +81,9 @@ class ServerSettings:
     max_json_bytes: int = 8 * MiB
     # Seconds a read query may run before it is interrupted (503).
     query_timeout: float = 30.0
+    # Teams that may create external training runs through the Prime wire (server/prime/);
+    # None: every team. The platform enables them per team; a team outside gets 403.
+    prime_training_teams: frozenset[str] | None = None
 
     @property
     def database_url(self) -> str:

@@ -11,7 +11,8 @@ SHA-256 of its decompressed body, so every upload is safe to replay.
   run-directory format, whose frames and index rows are checked and stored as sent
   (`segments.check_batch`), never decompressed or re-encoded.
 - Episodes as NDJSON from any other client (curl, the Prime-compatible routes):
-  `ingest_ndjson_episodes` parses and indexes every record and compresses the segment here.
+  `ingest_records`, the one NDJSON path, parses and indexes every record and compresses the
+  segment here.
 
 Episodes: the segment blob is fsynced and renamed into place before the index rows and the
 receipt commit in one transaction, so a 2xx means both are durable, and a crash in between
@@ -33,12 +34,12 @@ from .errors import bad_request
 from .limits import Ticket
 from .segments import Segment, build_segment, check_batch
 from .state import ServerState
-from .store.metrics import MAX_STEP
+from .store.metrics import MAX_STEP, MetricPoints
 from .store.runs import require_running_or_grace
 
 __all__ = [
     "MAX_KEY_CHARS",
-    "ingest_ndjson_episodes",
+    "ingest_records",
     "parse_metrics",
     "upload_episodes",
     "upload_metrics",
@@ -73,19 +74,7 @@ async def upload_episodes(
         data, key, prior = await _receive(state, request, run, stream, key, ticket)
         if prior is not None:
             return prior
-        return await ingest_ndjson_episodes(state, run, key, stream, data)
-
-
-async def ingest_ndjson_episodes(
-    state: ServerState, run: dict[str, Any], key: str, stream: str, data: bytes
-) -> dict[str, Any]:
-    """
-    Store NDJSON records (decompressed, of any client) as one segment of `stream`, indexed;
-    `key` is the upload's Idempotency-Key (callers without one use `batch_key(data)`). 400 names
-    a bad line. The caller admits the upload and checks the run and the receipt first.
-    """
-    segment = await run_in_threadpool(build_segment, data, run["kind"])
-    return await _commit(state, run, key, stream, segment)
+        return await ingest_records(state, run, data, key, stream)
 
 
 async def _upload_batch(
@@ -155,22 +144,29 @@ async def _receive(
 def parse_metrics(data: bytes) -> tuple[int, Points]:
     """
     (rows, {(key, step): (value, ts)}) from NDJSON rows `{"step", "ts", "values"}`; within a
-    batch the last row of a (key, step) wins, as across batches. 400 names the bad line.
+    batch the last row of a (key, step) wins, as across batches. A row with `"step": null` is
+    keyed by its time (its `ts` is then required): its points go to the result's `by_time`
+    {(key, ts): value}. 400 names the bad line.
     """
     # Exact type checks, not isinstance: this loop runs once per metric value. orjson never
     # yields NaN or infinities, and its integers fit in 64 bits.
-    points: Points = {}
+    points = MetricPoints()
+    by_time = points.by_time
     rows = 0
     for lineno, _, _, row in iter_objects(data):
         step = row.get("step")
-        if type(step) is not int or not 0 <= step <= MAX_STEP:
-            raise _bad_row(lineno, f"step must be an integer from 0 to {MAX_STEP}, got {step!r}")
+        if step is not None and (type(step) is not int or not 0 <= step <= MAX_STEP):
+            raise _bad_row(
+                lineno, f"step must be an integer from 0 to {MAX_STEP} or null, got {step!r}"
+            )
         ts = row.get("ts")
         if ts is not None:
             if type(ts) is int:
                 ts = float(ts)
             elif type(ts) is not float:
                 raise _bad_row(lineno, f"ts must be a number (epoch seconds), got {ts!r}")
+        elif step is None:
+            raise _bad_row(lineno, "a row without a step is keyed by its time: ts is required")
         values = row.get("values")
         if type(values) is not dict:
             raise _bad_row(lineno, "values must be an object of metric name to number")
@@ -182,10 +178,41 @@ def parse_metrics(data: bytes) -> tuple[int, Points]:
                 value = float(value)
             if not name or len(name) > MAX_KEY_CHARS:
                 raise _bad_row(lineno, f"metric names must have 1 to {MAX_KEY_CHARS} characters")
-            points[(name, step)] = (value, ts)
+            if step is None:
+                by_time[(name, ts)] = value
+            else:
+                points[(name, step)] = (value, ts)
         rows += 1
     return rows, points
 
 
 def _bad_row(lineno: int, message: str) -> Exception:
     return bad_request("invalid_metrics", f"line {lineno}: {message}")
+
+
+async def ingest_records(
+    state: ServerState,
+    run: dict[str, Any],
+    data: bytes,
+    key: str,
+    stream: str,
+    default_step: int | None = None,
+) -> dict[str, Any]:
+    """
+    The NDJSON path: store decompressed NDJSON records of any client (curl; the Prime wire: a
+    Prime Traces batch, the episodes inside eval sample rows or training Parquet) as one
+    segment of `stream`, parsed, indexed and framed here, with Idempotency-Key `key` (callers
+    without one use `batch_key(data)`): its index rows and the receipt; a repeat of `key`
+    stores nothing. Records that say no step are indexed at `default_step` (the records
+    themselves are kept as sent). 400 names a bad line. The caller has admitted the request
+    and checked the run.
+    """
+    prior = await state.store.receipt(run["seq"], stream, key)
+    if prior is not None:
+        return prior
+    segment = await run_in_threadpool(build_segment, data, run["kind"])
+    if default_step is not None:
+        for row in segment.rows:
+            if row["step"] is None:
+                row["step"] = default_step
+    return await _commit(state, run, key, stream, segment)

@@ -28,7 +28,7 @@ from typing import Any
 
 import zstandard
 
-from ..records import RECORD_KINDS, index_fields, record_kind
+from ..records import index_fields
 from ..rundir import FRAME_BYTES, BatchFormatError, check_frames, parse_header
 from .body import iter_objects
 from .errors import bad_request, too_large
@@ -45,6 +45,7 @@ __all__ = [
 
 MAX_ID_CHARS = 256
 MAX_ENV_CHARS = 1024
+MAX_KIND_CHARS = 16
 _MIN_INT = -(2**63)
 
 
@@ -105,9 +106,10 @@ def _batch_row(
     step = row.get("step")
     if step is not None and (type(step) is not int or not _MIN_INT <= step <= MAX_STEP):
         raise bad(f"step must be an integer up to {MAX_STEP} or null")
-    kind = row.get("kind")
-    if kind is not None and kind not in RECORD_KINDS:
-        raise bad(f"kind must be one of {', '.join(RECORD_KINDS)} or null")
+    kind, subset = row.get("kind"), row.get("subset")
+    for name, value, limit in (("kind", kind, MAX_KIND_CHARS), ("subset", subset, 32)):
+        if value is not None and (not isinstance(value, str) or not 0 < len(value) <= limit):
+            raise bad(f"{name} must be a string of 1 to {limit} characters or null")
     env = row.get("env")
     if env is not None and (not isinstance(env, str) or len(env) > MAX_ENV_CHARS):
         raise bad(f"env must be a string of at most {MAX_ENV_CHARS} characters or null")
@@ -135,6 +137,7 @@ def _batch_row(
         "episode_id": episode_id,
         "step": step,
         "kind": kind or run_kind,
+        "subset": subset,
         "reward": reward,
         "env": env,
         "ok": ok,
@@ -159,8 +162,9 @@ def _finite(value: Any) -> float | None | bool:
 # -- NDJSON from other clients ----------------------------------------------------------------
 
 
-def build_segment(data: bytes, run_kind: str) -> Segment:
-    """Compress `data` (NDJSON objects) into a segment and index it; 400 names a bad line."""
+def build_segment(data: bytes, run_kind: str | None = None) -> Segment:
+    """Compress `data` (NDJSON objects) into a segment and index it; 400 names a bad line. A
+    record that says no kind is indexed with `run_kind` (its run's)."""
     compressor = zstandard.ZstdCompressor(level=1, write_checksum=True)
     frames: list[bytes] = []
     rows: list[dict[str, Any]] = []
@@ -194,7 +198,7 @@ def build_segment(data: bytes, run_kind: str) -> Segment:
     return Segment(b"".join(frames), rows)
 
 
-def _index_row(lineno: int, record: dict[str, Any], run_kind: str) -> dict[str, Any]:
+def _index_row(lineno: int, record: dict[str, Any], run_kind: str | None) -> dict[str, Any]:
     try:
         fields = index_fields(record, None)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -209,11 +213,17 @@ def _index_row(lineno: int, record: dict[str, Any], run_kind: str) -> dict[str, 
     step = fields["step"]
     if step is not None and not _MIN_INT <= step <= MAX_STEP:
         raise bad_request("invalid_record", f"line {lineno}: step {step} is out of range")
+    for name, limit in (("kind", MAX_KIND_CHARS), ("subset", 32)):
+        if fields[name] is not None and len(fields[name]) > limit:
+            raise bad_request(
+                "invalid_record", f"line {lineno}: {name} is longer than {limit} characters"
+            )
     tokens = fields["tokens"]
     return {
         "episode_id": episode_id,
+        "kind": fields["kind"] or run_kind,  # what the record says, else its run's kind
+        "subset": fields["subset"],
         "step": step,
-        "kind": record_kind(record, run_kind),
         "reward": fields["reward"],
         "env": fields["env"],
         "ok": fields["ok"],

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import APIError, TransportError
-from ..rundir import Batch, Spool, SpoolRef
+from ..rundir import ROW_STREAMS, Batch, Spool, SpoolRef
 from ..upload.stats import Stats
 from ..upload.wire import WireClient, backoff_delay, disposition
 
@@ -105,7 +105,7 @@ class _Upload:
 
     @property
     def lane(self) -> str:
-        return "metrics" if self.stream == "metrics" else "records"
+        return _lane(self.stream)
 
 
 class ServerSink:
@@ -427,7 +427,7 @@ class _SpoolLost(Exception):
 
 
 def _lane(stream: str) -> str:
-    return "metrics" if stream == "metrics" else "records"
+    return "metrics" if stream in ROW_STREAMS else "records"
 
 
 def _remaining(deadline: float | None) -> float | None:

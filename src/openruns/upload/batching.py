@@ -25,7 +25,7 @@ from typing import Any
 
 import zstandard
 
-from ..rundir import FRAME_BYTES, Batch, header_frame
+from ..rundir import FRAME_BYTES, ROW_STREAMS, Batch, header_frame
 from .encoder import Piece
 
 __all__ = ["BatchAssembler", "FrameCutter", "FrameInput", "new_compressor"]
@@ -186,7 +186,7 @@ class BatchAssembler:
             "records": self._records,
             "frames": self._sizes,
         }
-        if self.stream != "metrics":
+        if self.stream not in ROW_STREAMS:  # episodes, traces: the server keeps the frames
             header["rows"] = self._rows
         batch = Batch(self.stream, header["key"], self._records, [header_frame(header)])
         batch.parts += self._chunks

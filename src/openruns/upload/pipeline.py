@@ -2,11 +2,12 @@
 The upload pipeline of one run in one process. Two lanes, so that metrics never wait behind
 episodes (a step's metrics are visible while its multi-MB rollouts still encode):
 
-    log_metrics()  --> "metrics": queue --> encoder thread --> handoff --> sink thread --+
-    log_episodes() --> "records": queue --> encoder thread --> handoff --> sink thread --+-> Sink
-    log_traces()                  (refs)    to_mapping, stamp,  (pieces,   compress each
-                                            orjson in pieces,   bounded    frame, complete
-                                            cut frames/batches  in bytes)  batches, write/send
+    log_metrics()     --> "metrics": queue --> encoder thread --> handoff --> sink thread --+
+    log_annotations()
+    log_episodes()    --> "records": queue --> encoder thread --> handoff --> sink thread --+-> Sink
+    log_traces()                     (refs)    to_mapping, stamp,  (pieces,   compress each
+                                               orjson in pieces,   bounded    frame, complete
+                                               cut frames/batches  in bytes)  batches, write/send
 
 Within a lane, work is split over two threads because encoding holds the GIL while zstd (and
 the network) release it: the encoder cuts the next frame while the sink thread compresses the
@@ -32,15 +33,14 @@ from ..records import (
     MetricsCleaner,
     index_fields,
     nonfinite_paths,
-    record_kind,
     record_step,
     stamp_run,
     to_mapping,
 )
-from ..rundir import Batch
+from ..rundir import ROW_STREAMS, Batch
 from . import fork
 from .batching import BatchAssembler, FrameCutter, FrameInput
-from .encoder import Coercer, Piece, encode_metrics_row, iter_pieces, yield_gil
+from .encoder import Coercer, Piece, encode_metrics_row, encode_row, iter_pieces, yield_gil
 from .queue import ByteQueue, Item, RecordQueue
 from .stats import Stats
 
@@ -54,7 +54,8 @@ MAX_BATCH_AGE = 1.0
 # Lines per batch (the upload unit): ~5 MB compressed, a request every ~0.1 s at full speed.
 BATCH_BYTES = 16 * 1024 * 1024
 HANDOFF_BYTES = {"metrics": 1024 * 1024, "records": 8 * 1024 * 1024}
-LANES = {"metrics": ("metrics",), "records": ("episodes", "traces")}
+# Metric rows and annotations are small rows that must not wait behind episodes.
+LANES = {"metrics": ROW_STREAMS, "records": ("episodes", "traces")}
 
 
 class Sink(Protocol):
@@ -122,7 +123,7 @@ class Pipeline:
         records (kind episodes or traces); False when it was refused (counted as dropped)."""
         if not self._started:
             self.start()  # a forked child starts its threads on first use
-        lane = self._lanes["metrics" if kind == "metrics" else "records"]
+        lane = self._lanes["metrics" if kind in ROW_STREAMS else "records"]
         return lane.queue.put(kind, payload, count, step, ts)
 
     @property
@@ -197,6 +198,14 @@ class Pipeline:
         self.stats.dropped_values = self._cleaner.dropped_values
         return encode_metrics_row(item.step, item.ts, values)
 
+    def annotation_line(self, annotation: Mapping[str, Any], ts: float) -> list[Piece] | None:
+        try:
+            row = annotation if "ts" in annotation else {**annotation, "ts": ts}
+            return encode_row(row)
+        except Exception as exc:
+            self.stats.count_failed("encode", 1, exc, "encoding an annotation")
+            return None
+
     def record_line(self, stream: str, record: Any, step: int | None) -> Any:
         """(the record's pieces, lazily encoded, and its index row), or None when the record
         cannot be read (counted failed). Encoding itself never fails: see Coercer."""
@@ -205,8 +214,7 @@ class Pipeline:
             if step is not None and record_step(mapping, None) is None:
                 # The step came from the log call: write it down, so the line alone says it.
                 mapping["step"] = step
-            row = index_fields(mapping, None)
-            row["kind"] = record_kind(mapping, self._run_type)
+            row = index_fields(mapping, None)  # its kind falls back to the stamped run type
             self._check_finite(mapping)
         except Exception as exc:
             self.stats.count_failed("encode", 1, exc, f"encoding a {stream[:-1]}")
@@ -275,6 +283,14 @@ class _Lane:
                 if item.kind == "metrics":
                     for work in cutter.add(pipeline.metrics_line(item), None):
                         self._hand_on(work)
+                    yield_gil()
+                    continue
+                if item.kind == "annotations":
+                    for annotation in item.payload:
+                        line = pipeline.annotation_line(annotation, item.ts)
+                        if line is not None:
+                            for work in cutter.add(line, None):
+                                self._hand_on(work)
                     yield_gil()
                     continue
                 for record in item.payload:

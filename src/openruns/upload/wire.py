@@ -4,6 +4,7 @@ used by the online backend, the server sink, `openruns sync` and `openruns.api`.
 
     wire = WireClient.from_settings(settings)
     run = wire.create_run({"id": run_id, "kind": "train"}, key=run_id)
+    page = wire.get("/runs", {"kind": "train", "limit": 50})
     wire.upload(run_id, "episodes", batch.parts, key=batch.key)
     retrying(lambda: wire.get_run(run_id), deadline=time.monotonic() + 30)
 
@@ -40,7 +41,7 @@ from ..errors import (
     UnauthorizedError,
     error_for_status,
 )
-from ..rundir import BATCH_CONTENT_TYPE
+from ..rundir import BATCH_CONTENT_TYPE, upload_target
 
 __all__ = [
     "BATCH_CONTENT_TYPE",
@@ -88,12 +89,14 @@ class WireClient:
         *,
         request_timeout: float = 60.0,
         connect_timeout: float = 10.0,
+        retry_timeout: float = 30.0,
         max_connections: int = 16,
     ):
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
+        self.retry_timeout = retry_timeout  # what callers retry a call for (see `retrying`)
         self._max_connections = max_connections
         self._client = self._new_client()
 
@@ -105,6 +108,7 @@ class WireClient:
             settings.api_key,
             request_timeout=settings.request_timeout,
             connect_timeout=settings.connect_timeout,
+            retry_timeout=settings.retry_timeout,
         )
 
     # -- runs ---------------------------------------------------------------------------------
@@ -116,11 +120,8 @@ class WireClient:
         """Create a run, or get the one an earlier call with this key (or body id) made."""
         return self._call("POST", "/runs", json=body, headers={"Idempotency-Key": key})
 
-    def get_run(self, run_id: str) -> dict[str, Any]:
-        return self._call("GET", _run(run_id))
-
-    def list_runs(self, query: Mapping[str, Any]) -> dict[str, Any]:
-        return self._call("GET", "/runs", params=query)
+    def get_run(self, run_id: str, *, timeout: float | None = None) -> dict[str, Any]:
+        return self._call("GET", _run(run_id), timeout=timeout)
 
     def patch_run(
         self, run_id: str, changes: Mapping[str, Any], *, timeout: float | None = None
@@ -147,32 +148,27 @@ class WireClient:
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """
-        One batch (rundir's batch format: header frame, then zstd frames) to its stream. The
-        parts are sent one after another, never joined: a multi-MB copy would hold the GIL.
+        One batch (rundir's batch format: header frame, then zstd frames) to its stream
+        (metrics, annotations, episodes or traces). The parts are sent one after another, never
+        joined: a multi-MB copy would hold the GIL.
         """
-        headers = {
-            "Idempotency-Key": key,
-            "Content-Type": BATCH_CONTENT_TYPE,
-            "Content-Encoding": "zstd",
-            "Content-Length": str(sum(len(p) for p in parts)),
-        }
-        if stream == "metrics":
-            path = f"{_run(run_id)}/metrics"
-        else:
-            path = f"{_run(run_id)}/episodes"
-            headers["X-Openruns-Stream"] = stream
+        path, headers = upload_target(quote(run_id, safe=""), stream)
+        headers.update(
+            {
+                "Idempotency-Key": key,
+                "Content-Type": BATCH_CONTENT_TYPE,
+                "Content-Encoding": "zstd",
+                "Content-Length": str(sum(len(p) for p in parts)),
+            }
+        )
         return self._call("POST", path, content=_chunks(parts), headers=headers, timeout=timeout)
 
     # -- reads --------------------------------------------------------------------------------
 
-    def metric_series(self, run_id: str, query: Mapping[str, Any]) -> dict[str, Any]:
-        return self._call("GET", f"{_run(run_id)}/metrics", params=query)
-
-    def list_episodes(self, run_id: str, query: Mapping[str, Any]) -> dict[str, Any]:
-        return self._call("GET", f"{_run(run_id)}/episodes", params=query)
-
-    def get_episode(self, run_id: str, episode_id: str) -> dict[str, Any]:
-        return self._call("GET", f"{_run(run_id)}/episodes/{quote(episode_id, safe='')}")
+    def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
+        """A read (`path` under /api/v1, its parts quoted by the caller): runs, metrics,
+        episodes, steps, annotations, search; None values in `query` are left out."""
+        return self._call("GET", path, params=query)
 
     # -- connections --------------------------------------------------------------------------
 
