@@ -5,13 +5,11 @@ from __future__ import annotations
 import orjson
 import zstandard
 
+from openruns.batches import Batch, batch_lines, header_frame
 from openruns.rundir import (
-    Batch,
     SegmentWriter,
     Spool,
     acked_keys,
-    batch_lines,
-    header_frame,
     iter_batches,
     read_batch,
     segment_paths,

@@ -9,8 +9,8 @@ import orjson
 import pytest
 import zstandard
 
+from openruns.batches import BATCH_CONTENT_TYPE, Batch, header_frame, parse_header
 from openruns.records import record_kind
-from openruns.rundir import BATCH_CONTENT_TYPE, Batch, header_frame, parse_header
 from openruns.upload.batching import BatchAssembler, FrameCutter
 from openruns.upload.encoder import iter_pieces
 from openruns.upload.wire import WireClient

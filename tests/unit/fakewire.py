@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from openruns.rundir import batch_lines, parse_header
+from openruns.batches import batch_lines, parse_header
 
 
 class FakeWire:

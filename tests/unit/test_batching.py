@@ -9,7 +9,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openruns.rundir import check_frames, parse_header
+from openruns.batches import check_frames, parse_header
 from openruns.upload.batching import BatchAssembler, FrameCutter
 from openruns.upload.encoder import PIECE_BYTES, Coercer, iter_pieces
 

@@ -7,13 +7,14 @@ import threading
 import orjson
 import pytest
 
+from openruns.batches import Batch
 from openruns.errors import (
     BadRequestError,
     RetryableAPIError,
     TransportError,
     UnauthorizedError,
 )
-from openruns.rundir import Batch, Spool, acked_keys, iter_batches, segment_paths
+from openruns.rundir import Spool, acked_keys, iter_batches, segment_paths
 from openruns.sinks import server as sink_module
 from openruns.sinks.server import Health, ServerSink
 from openruns.upload.batching import BatchAssembler, FrameCutter

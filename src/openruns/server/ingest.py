@@ -28,7 +28,8 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from ..rundir import BATCH_CONTENT_TYPE, batch_key
+from ..batches import BATCH_CONTENT_TYPE
+from ..rundir import batch_key
 from .body import decompress, iter_objects, read_body
 from .errors import bad_request
 from .limits import Ticket

@@ -28,8 +28,8 @@ from typing import Any
 
 import zstandard
 
+from ..batches import FRAME_BYTES, BatchFormatError, check_frames, parse_header
 from ..records import index_fields
-from ..rundir import FRAME_BYTES, BatchFormatError, check_frames, parse_header
 from .body import iter_objects
 from .errors import bad_request, too_large
 from .store.metrics import MAX_STEP

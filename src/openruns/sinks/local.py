@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..rundir import Batch, SegmentWriter
+from ..batches import Batch
+from ..rundir import SegmentWriter
 from ..upload.stats import Stats
 
 __all__ = ["LocalSink"]

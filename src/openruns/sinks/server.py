@@ -38,8 +38,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..batches import Batch
 from ..errors import APIError, TransportError
-from ..rundir import ROW_STREAMS, Batch, Spool, SpoolRef
+from ..rundir import ROW_STREAMS, Spool, SpoolRef
 from ..upload.stats import Stats
 from ..upload.wire import WireClient, backoff_delay, disposition
 

@@ -25,7 +25,8 @@ from typing import Any
 
 import zstandard
 
-from ..rundir import FRAME_BYTES, ROW_STREAMS, Batch, header_frame
+from ..batches import FRAME_BYTES, Batch, header_frame
+from ..rundir import ROW_STREAMS
 from .encoder import Piece
 
 __all__ = ["BatchAssembler", "FrameCutter", "FrameInput", "new_compressor"]

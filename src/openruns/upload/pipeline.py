@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from ..batches import Batch
 from ..records import (
     MetricsCleaner,
     index_fields,
@@ -37,7 +38,7 @@ from ..records import (
     stamp_run,
     to_mapping,
 )
-from ..rundir import ROW_STREAMS, Batch
+from ..rundir import ROW_STREAMS
 from . import fork
 from .batching import BatchAssembler, FrameCutter, FrameInput
 from .encoder import Coercer, Piece, encode_metrics_row, encode_row, iter_pieces, yield_gil

@@ -31,6 +31,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
+from ..batches import BATCH_CONTENT_TYPE
 from ..errors import (
     APIError,
     APITimeoutError,
@@ -41,7 +42,7 @@ from ..errors import (
     UnauthorizedError,
     error_for_status,
 )
-from ..rundir import BATCH_CONTENT_TYPE, upload_target
+from ..rundir import upload_target
 
 __all__ = [
     "BATCH_CONTENT_TYPE",

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 import zstandard
 
-from ...rundir import frame_length
+from ...batches import frame_length
 
 __all__ = [
     "OPEN_SUFFIX",

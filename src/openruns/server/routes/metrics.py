@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request
 
-from ...rundir import BATCH_CONTENT_TYPE
+from ...batches import BATCH_CONTENT_TYPE
 from ..handlers import JSON
 from ..ingest import upload_metrics
 from ..models import MetricKey, MetricSeries, MetricsReceipt
