@@ -235,16 +235,14 @@ def test_a_wrong_key_fails_init(server_process, tmp_path):
         openruns.init(base_url=proc.url, api_key="not-a-key", dir=tmp_path / "local")
 
 
-def test_finish_with_the_server_down_does_not_wait_out_the_drain_budget(
+def test_finish_with_the_server_down_leaves_everything_in_the_spool(
     server_process, tmp_path, monkeypatch
 ):
-    proc = server_process()  # never started
+    proc = server_process()  # never started: connections are refused
     monkeypatch.setenv("OPENRUNS_REQUEST_TIMEOUT", "0.5")
     monkeypatch.setenv("OPENRUNS_CONNECT_TIMEOUT", "1")
     run = openruns.init(kind="train", base_url=proc.url, dir=tmp_path / "local")
     run.log_episodes([_episode(i, 0) for i in range(5)])
-    start = time.monotonic()
-    run.finish()  # the default budget is 300 s; nothing answers, so it gives up early
-    assert time.monotonic() - start < 30
-    assert run.dropped_records == 0  # everything is in the spool, for `openruns sync`
+    run.finish()  # how few attempts it makes: test_losses.py counts them
+    assert (run.dropped_records, run.spooled_records) == (0, 5)  # for `openruns sync`
     assert any("openruns sync" in e for e in run.errors)
