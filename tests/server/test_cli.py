@@ -82,7 +82,7 @@ def test_building_the_command_line_does_not_import_the_server_stack():
         timeout=60,
     )
     assert "HEAVY []" in done.stdout, done.stdout + done.stderr
-    assert "OPENRUNS_DATA_DIR" in done.stdout and str(DEFAULT_PORT) in done.stdout
+    assert "OPENRUNS_<NAME>" in done.stdout and f"(default: {DEFAULT_PORT})" in done.stdout
 
 
 def test_default_data_dir():

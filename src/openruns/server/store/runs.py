@@ -3,8 +3,10 @@ Run rows: create, read, list, patch, finish, heartbeat, crash sweep. Functions o
 Connection, called by Store inside one read or write transaction.
 
 A run row comes back as a dict with the JSON columns decoded, plus `seq` (internal key).
-Finishing is a compare-and-set from `running` in SQL, so it stays correct with several server
-replicas on one database.
+Statuses are spec.RunStatus values. Every rule that must hold across server replicas is
+enforced by the database: a create replay finds the row the unique constraints kept (insert
+or ignore, then read), finishing and crashing are compare-and-sets from `running`, a summary
+merge holds the run's row lock, and the crash sweep skips rows another replica is sweeping.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, RowMapping, delete, insert, select, update
 
+from ...spec import RunStatus
 from ..errors import ApiError, bad_request, conflict
 from .schema import run_tags, runs
+from .sql import insert_ignore
 
 __all__ = [
     "JSON_COLUMNS",
@@ -32,7 +36,8 @@ __all__ = [
 ]
 
 JSON_COLUMNS = ("environments", "tags", "config", "training", "summary", "losses")
-TERMINAL = ("completed", "failed", "cancelled", "crashed")
+RUNNING = RunStatus.RUNNING.value
+TERMINAL = tuple(s.value for s in RunStatus if s.is_terminal())
 NO_LOSSES = {"dropped_records": 0, "failed_records": {}}
 
 
@@ -67,22 +72,11 @@ def create_run(
     """
     Insert a run, or return the one this create already made: (run, created). A replayed
     Idempotency-Key, or an `id` that exists in the same team, returns the existing run; an `id`
-    taken by another team is a conflict.
+    taken by another team is a conflict. Two replicas racing with the same create both end
+    here with the same run: the insert ignores a conflict on either unique column, then reads.
     """
-    if create_key is not None:
-        row = (
-            conn.execute(
-                select(runs).where(runs.c.team_id == team_id, runs.c.create_key == create_key)
-            )
-            .mappings()
-            .first()
-        )
-        if row:
-            return _run(row), False
-    existing = get_run(conn, fields["id"])
+    existing = _existing(conn, team_id, fields["id"], create_key)
     if existing is not None:
-        if existing["team_id"] != team_id:
-            raise conflict("run_id_taken", f"run id {fields['id']!r} is already in use")
         return existing, False
     tags = _unique(fields.get("tags") or [])
     values = {
@@ -98,7 +92,7 @@ def create_run(
         "tags": dump_json(tags, "tags"),
         "config": _json_or_null(fields.get("config"), "config"),
         "training": _json_or_null(fields.get("training"), "training"),
-        "status": "running",
+        "status": RUNNING,
         "error": None,
         "summary": "{}",
         "losses": dump_json(NO_LOSSES, "losses"),
@@ -107,9 +101,35 @@ def create_run(
         "finished_at": None,
         "last_heartbeat_at": None,
     }
-    seq = conn.execute(insert(runs).values(values)).inserted_primary_key[0]
+    seq = conn.execute(
+        insert_ignore(conn, runs).values(values).returning(runs.c.seq)
+    ).scalar_one_or_none()
+    if seq is None:  # another transaction created it first
+        existing = _existing(conn, team_id, fields["id"], create_key)
+        assert existing is not None, "a conflicting run row must exist once it is committed"
+        return existing, False
     _set_tags(conn, seq, tags)
     return {**_run(values), "seq": seq}, True
+
+
+def _existing(
+    conn: Connection, team_id: str, run_id: str, create_key: str | None
+) -> dict[str, Any] | None:
+    """The run this create already made (by Idempotency-Key, else by id), if any."""
+    if create_key is not None:
+        row = (
+            conn.execute(
+                select(runs).where(runs.c.team_id == team_id, runs.c.create_key == create_key)
+            )
+            .mappings()
+            .first()
+        )
+        if row:
+            return _run(row)
+    existing = get_run(conn, run_id)
+    if existing is not None and existing["team_id"] != team_id:
+        raise conflict("run_id_taken", f"run id {run_id!r} is already in use")
+    return existing
 
 
 def list_runs(
@@ -144,10 +164,13 @@ def list_runs(
 
 
 def patch_run(conn: Connection, seq: int, changes: dict[str, Any], now: float) -> None:
-    """Apply a PATCH: `summary` is merged key by key, the other fields replace."""
+    """Apply a PATCH: `summary` is merged key by key (under the row's lock, so concurrent
+    merges on two replicas both land), the other fields replace."""
     values: dict[str, Any] = {"updated_at": now}
     if "summary" in changes:
-        current = conn.execute(select(runs.c.summary).where(runs.c.seq == seq)).scalar_one()
+        current = conn.execute(
+            select(runs.c.summary).where(runs.c.seq == seq).with_for_update()
+        ).scalar_one()
         merged = {**orjson.loads(current), **changes["summary"]}
         values["summary"] = dump_json(merged, "summary")
     if "losses" in changes:
@@ -175,8 +198,8 @@ def finish_run(
     """
     done = conn.execute(
         update(runs)
-        .where(runs.c.seq == seq, runs.c.status == "running")
-        .values(status=status, error=error, finished_at=now, updated_at=now)
+        .where(runs.c.seq == seq, runs.c.status == RUNNING)
+        .values(status=str(status), error=error, finished_at=now, updated_at=now)
     ).rowcount
     if done:
         if changes:
@@ -192,7 +215,7 @@ def heartbeat(conn: Connection, seq: int, now: float) -> str:
     """Record a heartbeat of a running run; returns the run's status either way."""
     conn.execute(
         update(runs)
-        .where(runs.c.seq == seq, runs.c.status == "running")
+        .where(runs.c.seq == seq, runs.c.status == RUNNING)
         .values(last_heartbeat_at=now)
     )
     return conn.execute(select(runs.c.status).where(runs.c.seq == seq)).scalar_one()
@@ -200,7 +223,7 @@ def heartbeat(conn: Connection, seq: int, now: float) -> str:
 
 def stale_error(run: dict[str, Any], now: float, timeout: float) -> str | None:
     """The crash message when `run` is running and silent past `timeout`, else None."""
-    if run["status"] != "running":
+    if run["status"] != RUNNING:
         return None
     last = run["last_heartbeat_at"] or run["created_at"]
     if now - last <= timeout:
@@ -212,9 +235,16 @@ def stale_error(run: dict[str, Any], now: float, timeout: float) -> str | None:
 
 
 def crash_stale(conn: Connection, now: float, timeout: float, seq: int | None = None) -> int:
-    """Mark running runs silent past `timeout` as crashed (one run, or all); returns how many."""
-    query = select(runs.c.seq, runs.c.status, runs.c.created_at, runs.c.last_heartbeat_at).where(
-        runs.c.status == "running"
+    """
+    Mark running runs silent past `timeout` as crashed (one run, or all); returns how many this
+    call crashed. Safe on every replica at once: the candidate rows are locked, skipping those
+    another sweep holds (PostgreSQL), and the update is a compare-and-set from running, so a
+    run is crashed exactly once.
+    """
+    query = (
+        select(runs.c.seq, runs.c.status, runs.c.created_at, runs.c.last_heartbeat_at)
+        .where(runs.c.status == RUNNING)
+        .with_for_update(skip_locked=True)
     )
     if seq is not None:
         query = query.where(runs.c.seq == seq)
@@ -225,8 +255,8 @@ def crash_stale(conn: Connection, now: float, timeout: float, seq: int | None = 
             continue
         crashed += conn.execute(
             update(runs)
-            .where(runs.c.seq == row["seq"], runs.c.status == "running")
-            .values(status="crashed", error=message, finished_at=now, updated_at=now)
+            .where(runs.c.seq == row["seq"], runs.c.status == RUNNING)
+            .values(status=RunStatus.CRASHED.value, error=message, finished_at=now, updated_at=now)
         ).rowcount
     return crashed
 
@@ -248,7 +278,7 @@ def _json_or_null(value: Any, field: str) -> str | None:
 def require_running_or_grace(run: dict[str, Any], now: float, grace: float) -> None:
     """409 for an upload to a run finished longer than `grace` seconds ago."""
     finished = run["finished_at"]
-    if run["status"] != "running" and finished is not None and now - finished > grace:
+    if run["status"] != RUNNING and finished is not None and now - finished > grace:
         raise ApiError(
             409,
             "run_finished",

@@ -1,4 +1,16 @@
-"""SQL helpers: upserts (spelled differently by SQLite and PostgreSQL) and a fast executemany."""
+"""
+The SQL that SQLite and PostgreSQL spell differently, in one place. Everything else in the
+store is portable SQLAlchemy Core and goes through these helpers where it must:
+
+- `upsert` / `insert_ignore`: INSERT ... ON CONFLICT. A row that must be unique across
+  replicas (receipts, metric keys, the server secret) is written with one of these, so that a
+  second writer changes nothing instead of failing.
+- `executemany`: bulk inserts handed to the driver without SQLAlchemy's per-row work.
+- `lock_run`: serializes the writes of one run across every replica for the rest of the
+  transaction (a no-op on SQLite, where one writer does everything). A write that reads rows
+  it then rewrites (block summaries, a receipt check, a summary merge) takes it first.
+- `lock_migrations`: one replica at a time migrates the schema.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +18,12 @@ from typing import Any
 
 from sqlalchemy import Connection, Table
 
-__all__ = ["executemany", "insert_ignore", "upsert"]
+__all__ = ["executemany", "insert_ignore", "lock_migrations", "lock_run", "upsert"]
+
+# pg_advisory_xact_lock keys: (namespace, run seq) for runs; one bigint for migrations (the
+# one- and two-key forms never conflict with each other).
+_RUN_LOCKS = 0x6F72  # "or"
+_MIGRATION_LOCK = 0x6F70656E72756E73  # "openruns"
 
 
 def _insert(conn: Connection, table: Table) -> Any:
@@ -26,15 +43,29 @@ def upsert(conn: Connection, table: Table, keys: tuple[str, ...], updates: tuple
 
 
 def insert_ignore(conn: Connection, table: Table) -> Any:
-    """INSERT ... ON CONFLICT DO NOTHING."""
+    """INSERT ... ON CONFLICT DO NOTHING (any unique constraint). On PostgreSQL a conflicting
+    row another transaction is still writing makes this wait for it, then do nothing."""
     return _insert(conn, table).on_conflict_do_nothing()
+
+
+def lock_run(conn: Connection, run_seq: int) -> None:
+    """Hold the run's write lock until the transaction ends (PostgreSQL; SQLite needs none)."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s, %s)", (_RUN_LOCKS, run_seq))
+
+
+def lock_migrations(conn: Connection) -> None:
+    """Hold the migration lock until the transaction ends (SQLite: BEGIN IMMEDIATE does)."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
 
 
 def executemany(conn: Connection, stmt: Any, columns: tuple[str, ...], rows: list[tuple]) -> None:
     """
     Run an INSERT for every row of `rows` (tuples in `columns` order), handing the rows to the
     driver directly: SQLAlchemy's per-row parameter processing costs several times SQLite's own
-    insert, and metric uploads insert hundreds of thousands of rows.
+    insert, and metric uploads insert hundreds of thousands of rows. (psycopg 3 pipelines an
+    executemany into one round trip.)
     """
     if not rows:
         return
