@@ -13,6 +13,7 @@ import httpx
 
 from openruns.server.config import DEFAULT_PORT, default_data_dir
 
+from ..services import free_port
 from .helpers import SRC, ServerProcess
 
 
@@ -61,6 +62,34 @@ def test_startup_errors_are_one_line(tmp_path):
     bad_dir = openruns("server", "--port", "0", "--data-dir", str(not_a_dir))
     assert bad_dir.returncode == 2 and bad_dir.stderr.count("\n") == 1
     assert "cannot open the data directory" in bad_dir.stderr
+
+
+def test_unreachable_or_misconfigured_stores_are_one_line_errors(stores_factory, tmp_path):
+    """The database or the bucket: which one, and why, in one line (no password shown)."""
+    s3 = stores_factory.s3()
+    port = free_port()  # nothing listens there
+    cases = [
+        (
+            ["--db", f"postgresql://openruns:s3cret@127.0.0.1:{port}/runs"],
+            f"cannot open the database postgresql://openruns:***@127.0.0.1:{port}/runs",
+        ),
+        (["--db", "mysql://h/db"], "unsupported database 'mysql'"),
+        (
+            ["--blobs", "s3://no-such-bucket/x", "--s3-endpoint-url", s3.url],
+            "the bucket of s3://no-such-bucket/x at " + s3.url + " does not exist",
+        ),
+        (
+            ["--blobs", "s3://b", "--s3-endpoint-url", f"http://127.0.0.1:{port}"],
+            "cannot reach s3://b at",
+        ),
+        (["--blobs", "gs://b"], "unsupported blob store 'gs://b'"),
+    ]
+    for flags, expected in cases:
+        done = openruns("server", "--port", "0", "--data-dir", str(tmp_path / "d"), *flags)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+        assert expected in done.stderr, done.stderr
+        assert "s3cret" not in done.stderr
 
 
 def test_building_the_command_line_does_not_import_the_server_stack():

@@ -253,6 +253,7 @@ class ServerSettings:
             else:
                 continue
             values[spec.field] = spec.parse(raw, source)
+        values.setdefault("data_dir", default_data_dir(env))
         if values.get("auth") and values.get("insecure"):
             raise ServerConfigError("--auth and --insecure contradict each other: pick one")
         return cls(**values)

@@ -62,7 +62,8 @@ class ServerState:
             raise _missing_extra(exc, "postgres") from exc
         except Exception as exc:
             raise ServerConfigError(
-                f"cannot open the database {describe_url(url)}: {_reason(exc)}"
+                f"cannot open the database {describe_url(settings.database_url or url)}: "
+                f"{_reason(exc)}"
             ) from exc
         return cls(
             settings=settings,

@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from ..errors import ApiError, overloaded
+from ..errors import ApiError, bad_request, overloaded
 
 __all__ = ["Database", "describe_url"]
 
@@ -177,7 +177,8 @@ class Database:
             raw.set_progress_handler(None, 0)
 
     def _translate(self, exc: DBAPIError) -> Exception:
-        """A 503 for what a retry may fix; anything else is a bug and stays itself."""
+        """A 503 for what a retry may fix, a 400 for a value the database cannot store (NUL
+        in PostgreSQL text); anything else is a bug and stays itself."""
         if self.dialect == "sqlite":
             text = str(exc.orig)
             if isinstance(exc, OperationalError) and "interrupted" in text:
@@ -186,12 +187,15 @@ class Database:
                 return overloaded("the database is busy; retry shortly", code="database_busy")
             return exc
         state = getattr(exc.orig, "sqlstate", None) or ""
+        reason = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else "gone"
+        if isinstance(exc, DataError) or state.startswith("22"):
+            return bad_request("invalid_value", f"a value cannot be stored: {reason}")
         if state == "57014":
             return _query_timeout()
         if state in ("40P01", "40001", "55P03"):  # deadlock, serialization, lock not available
             return overloaded("the database is busy; retry shortly", code="database_busy")
-        if exc.connection_invalidated or not state or state[:2] in ("08", "53", "57"):
-            reason = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else "gone"
+        lost = isinstance(exc, OperationalError | InterfaceError) and not state
+        if exc.connection_invalidated or lost or state[:2] in ("08", "53", "57"):
             return overloaded(
                 f"the database {describe_url(self.url)} is unavailable ({reason}); retry shortly",
                 retry_after=5,
