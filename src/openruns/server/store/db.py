@@ -29,7 +29,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -109,13 +109,13 @@ class Database:
         return db
 
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.wrap_future(self._submit("write", fn, args))
+        return await self._wait("write", fn, args)
 
     def write_sync(self, fn: Callable[..., T], *args: Any) -> T:
         return self._submit("write", fn, args).result()
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.wrap_future(self._submit("read", fn, args))
+        return await self._wait("read", fn, args)
 
     def read_sync(self, fn: Callable[..., T], *args: Any) -> T:
         return self._submit("read", fn, args).result()
@@ -130,20 +130,29 @@ class Database:
         self.writer.dispose()
         self.reader.dispose()
 
-    def _submit(self, kind: str, fn: Callable[..., T], args: tuple[Any, ...]) -> Any:
+    def _submit(self, kind: str, fn: Callable[..., T], args: tuple[Any, ...]) -> Future[T]:
         pool = self._write_pool if kind == "write" else self._read_pool
-        return pool.submit(self._call, kind, time.monotonic(), fn, args)
+        return pool.submit(self._call, kind, fn, args)
 
-    def _call(self, kind: str, submitted: float, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-        waited = time.monotonic() - submitted
-        if waited > self.pool_timeout:
-            # The caller has waited long enough; a client retry is cheaper than more queueing.
-            raise overloaded(
-                f"the database is saturated: all {self._sizes[kind]} {kind} connections of this "
-                f"server stayed busy for {waited:.0f} s; retry shortly",
-                retry_after=2,
-                code="database_pool_exhausted",
+    async def _wait(self, kind: str, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """fn's result; 503 when no connection came free within pool_timeout. A call that has
+        started is never abandoned (its transaction may be committing): only a queued one."""
+        future = self._submit(kind, fn, args)
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(asyncio.wrap_future(future)), self.pool_timeout
             )
+        except TimeoutError:
+            if not future.cancel():  # running (or done) after all: wait for it
+                return await asyncio.wrap_future(future)
+        raise overloaded(
+            f"the database is saturated: all {self._sizes[kind]} {kind} connections of this "
+            f"server stayed busy for {self.pool_timeout:g} s; retry shortly",
+            retry_after=2,
+            code="database_pool_exhausted",
+        )
+
+    def _call(self, kind: str, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         try:
             if kind == "write":
                 with self.writer.begin() as conn:
