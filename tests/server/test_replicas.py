@@ -160,9 +160,9 @@ def test_the_crash_sweep_crashes_a_silent_run_once(shared_stores):
         for store in stores:
             store.close()
 
-    # End to end: two replicas sweeping every 0.125 s; the silent run's crash is recorded once
+    # End to end: two replicas sweeping every 0.5 s; the silent run's crash is recorded once
     # (finished_at and error do not move as the sweeps go on), the beating one stays running.
-    replicas = [serve_in_thread(**shared_stores.settings, heartbeat_timeout=0.5) for _ in range(2)]
+    replicas = [serve_in_thread(**shared_stores.settings, heartbeat_timeout=2.0) for _ in range(2)]
     try:
         watch_the_sweepers(replicas[0].url, replicas[1].url)
     finally:
@@ -183,7 +183,7 @@ def watch_the_sweepers(url_a: str, url_b: str) -> None:
             crashed = run if run["status"] == "crashed" else None
             time.sleep(0.05)
         assert crashed is not None
-        for _ in range(15):  # ~1.5 s: a dozen sweeps on each replica
+        for _ in range(25):  # ~2.5 s: several sweeps on each replica
             ha.post(f"/runs/{beating}/heartbeat")
             time.sleep(0.1)
         for http in (ha, hb):
