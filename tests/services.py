@@ -85,8 +85,9 @@ class PostgresCluster:
 
     TEMPLATE = "openruns_template"
 
-    def __init__(self, bindir: Path):
+    def __init__(self, bindir: Path, durable: bool = False):
         self.bindir = bindir
+        self.durable = durable  # fsync on: for benchmarks, like a real deployment
         self.root = Path(tempfile.mkdtemp(prefix="openruns-pg-"))
         self.user: str | None = None
         if os.geteuid() == 0:  # initdb refuses to run as root
@@ -111,17 +112,17 @@ class PostgresCluster:
 
     def start(self) -> PostgresCluster:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8")
-        options = " ".join(
-            [
-                "-c listen_addresses=127.0.0.1",
-                f"-k {self.root}",
+        settings = ["-c listen_addresses=127.0.0.1", f"-k {self.root}", "-c max_connections=400"]
+        if self.durable:
+            settings += ["-c shared_buffers=512MB", "-c max_wal_size=4GB"]
+        else:
+            settings += [
+                "-c shared_buffers=64MB",
                 "-c fsync=off",
                 "-c synchronous_commit=off",
                 "-c full_page_writes=off",
-                "-c max_connections=400",
-                "-c shared_buffers=64MB",
             ]
-        )
+        options = " ".join(settings)
         for _ in range(3):  # a free port can be taken between choosing and binding it
             self.port = free_port()
             try:
