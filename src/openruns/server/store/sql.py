@@ -6,7 +6,7 @@ store is portable SQLAlchemy Core and goes through these helpers where it must:
   replicas (receipts, metric keys, the server secret) is written with one of these, so that a
   second writer changes nothing instead of failing.
 - `executemany`: bulk inserts handed to the driver without SQLAlchemy's per-row work (on
-  PostgreSQL, one INSERT ... SELECT FROM unnest(arrays) per chunk of rows).
+  PostgreSQL, COPY into a staging table, then one INSERT ... SELECT).
 - `lock_run`: serializes the writes of one run across every replica for the rest of the
   transaction (a no-op on SQLite, where one writer does everything). A write that reads rows
   it then rewrites (block summaries, a receipt check, a summary merge) takes it first.
@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, func, select
+from sqlalchemy import Connection, Table, bindparam, column, func, select
+from sqlalchemy import table as sql_table
 from sqlalchemy.dialects.postgresql import ARRAY
 
 __all__ = ["executemany", "insert_ignore", "lock_migrations", "lock_run", "upsert"]
 
-_PG_CHUNK_ROWS = 50_000
+_PG_COPY_ROWS = 2_000
 
 # pg_advisory_xact_lock keys: (namespace, run seq) for runs; one bigint for migrations (the
 # one- and two-key forms never conflict with each other).
@@ -69,14 +70,13 @@ def executemany(conn: Connection, stmt: Any, columns: tuple[str, ...], rows: lis
     Run an INSERT for every row of `rows` (tuples in `columns` order), handing the rows to the
     driver directly: SQLAlchemy's per-row parameter processing costs several times SQLite's own
     insert, and metric uploads insert hundreds of thousands of rows. On PostgreSQL the rows go
-    as one array per column into `INSERT ... SELECT FROM unnest(...)`, the statement's ON
-    CONFLICT clause kept: one statement per chunk instead of one per row. (Rows of one call
-    must not repeat a conflict key: PostgreSQL refuses to update a row twice in a statement.)
+    in one statement (see _pg_insert_many), not one per row. (Rows of one call must not
+    repeat a conflict key: PostgreSQL refuses to update a row twice in one statement.)
     """
     if not rows:
         return
     if conn.dialect.name == "postgresql":
-        _unnest_insert(conn, stmt, columns, rows)
+        _pg_insert_many(conn, stmt, columns, rows)
         return
     compiled = stmt.compile(dialect=conn.dialect, column_keys=list(columns))
     params: list[Any]
@@ -91,16 +91,30 @@ def executemany(conn: Connection, stmt: Any, columns: tuple[str, ...], rows: lis
     conn.exec_driver_sql(compiled.string, params)
 
 
-def _unnest_insert(
+def _pg_insert_many(
     conn: Connection, stmt: Any, columns: tuple[str, ...], rows: list[tuple]
 ) -> None:
+    """Small batches: one INSERT ... SELECT FROM unnest(arrays). Large ones: COPY into a
+    temporary staging table, then one INSERT ... SELECT from it (COPY parses rows ~5x faster
+    than array parameters). Either way the statement's ON CONFLICT clause is kept."""
     table = stmt.table
-    arrays = [bindparam(f"_{c}", type_=ARRAY(table.c[c].type)) for c in columns]
-    source = func.unnest(*arrays).table_valued(*columns).render_derived(name="src")
+    if len(rows) < _PG_COPY_ROWS:
+        arrays = [bindparam(f"_{c}", type_=ARRAY(table.c[c].type)) for c in columns]
+        source: Any = func.unnest(*arrays).table_valued(*columns).render_derived(name="src")
+        bulk = stmt.from_select(list(columns), select(*(source.c[c] for c in columns)))
+        values = [list(column) for column in zip(*rows, strict=True)]
+        params = dict(zip((f"_{c}" for c in columns), values, strict=True))
+        conn.exec_driver_sql(bulk.compile(dialect=conn.dialect).string, params)
+        return
+    stage = f"openruns_stage_{table.name}"
+    conn.exec_driver_sql(
+        f"CREATE TEMPORARY TABLE IF NOT EXISTS {stage} (LIKE {table.name}) ON COMMIT DELETE ROWS"
+    )
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    with cursor.copy(f"COPY {stage} ({', '.join(columns)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+    source = sql_table(stage, *(column(c) for c in columns))
     bulk = stmt.from_select(list(columns), select(*(source.c[c] for c in columns)))
-    compiled = bulk.compile(dialect=conn.dialect)
-    for start in range(0, len(rows), _PG_CHUNK_ROWS):
-        chunk = rows[start : start + _PG_CHUNK_ROWS]
-        arrays = [list(column) for column in zip(*chunk, strict=True)]
-        values = dict(zip((f"_{c}" for c in columns), arrays, strict=True))
-        conn.exec_driver_sql(compiled.string, values)
+    conn.execute(bulk)
+    conn.exec_driver_sql(f"TRUNCATE {stage}")  # a second call in this transaction starts empty
