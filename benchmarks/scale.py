@@ -91,14 +91,25 @@ def _children(parent: int) -> list[int]:
     return out
 
 
+def _machine_busy() -> float:
+    """CPU seconds spent by every process on the machine (all cores), from /proc/stat."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / TICK
+
+
 class CpuMeter:
-    """CPU seconds per group of processes over a phase; groups are functions giving pids."""
+    """CPU seconds per group of processes over a phase, in cores (CPU seconds per second);
+    groups are functions giving pids. "machine" is everything, other jobs included."""
 
     def __init__(self, groups: dict[str, Callable[[], list[int]]]):
         self.groups = groups
 
     def sample(self) -> dict[str, dict[int, float]]:
-        return {name: {pid: _cpu(pid) for pid in pids()} for name, pids in self.groups.items()}
+        out = {name: {pid: _cpu(pid) for pid in pids()} for name, pids in self.groups.items()}
+        out["machine"] = {0: _machine_busy()}
+        return out
 
     @contextmanager
     def phase(self, report: dict[str, Any]) -> Iterator[None]:
@@ -170,6 +181,7 @@ def read_latency(urls: list[str], run_id: str, steps: int, repeats: int) -> dict
 def run_config(
     name: str,
     urls: list[str],
+    analyze: Callable[[], None] | None,
     meter: CpuMeter,
     metric_steps: int,
     episodes: tuple[list, int],
@@ -193,11 +205,23 @@ def run_config(
 
     run_id = new_run(urls[0])
     post_all(urls, run_id, "metrics", metric_batches(read_steps, 1, 50_000), workers=4)
+    if analyze is not None:
+        # Right after the load PostgreSQL has no statistics on the new rows yet (autovacuum
+        # gathers them within a minute) and plans the first reads badly: shown apart.
+        out["read_cold"] = read_latency(urls, run_id, read_steps, max(3, repeats // 5))
+        analyze()
     read: dict[str, Any] = {}
     with meter.phase(read):
         read.update(read_latency(urls, run_id, read_steps, repeats))
     out["read"] = read
     return out
+
+
+def analyze(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
 
 
 def show(result: dict[str, Any]) -> None:
@@ -213,6 +237,11 @@ def show(result: dict[str, Any]) -> None:
         f"downsampled read, 1M steps -> 1000 points: {r['median_ms']:.0f} ms median, "
         f"{r['p95_ms']:.0f} ms p95   [cores: {cores(r)}]"
     )
+    if cold := result.get("read_cold"):
+        print(
+            f"  same, before ANALYZE (no statistics yet): {cold['median_ms']:.0f} ms median, "
+            f"{cold['p95_ms']:.0f} ms p95"
+        )
 
 
 def main() -> None:
@@ -265,9 +294,12 @@ def main() -> None:
                         "client": lambda: [me],
                     }
                 )
+                first = replica_args[0]
+                database = next((first[i + 1] for i, x in enumerate(first) if x == "--db"), None)
                 result = run_config(
                     label,
                     [u for _, u in started],
+                    (lambda db=database: analyze(db)) if database else None,
                     meter,
                     metric_steps,
                     episodes,
