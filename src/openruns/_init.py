@@ -57,7 +57,7 @@ def init(
       ever attaches (without a run to attach to, its run is disabled, with a warning).
     - `config`: a path (stored byte-for-byte with its format), a ConfigSource or a mapping.
     - `mode`: online (a server; default when a base URL is configured), offline (a real run
-      written under `dir`, default `./openruns`), disabled (everything accepted and discarded).
+      written under `dir`, default `./openruns-runs`), disabled (everything accepted and discarded).
 
     Raises ConfigurationError for invalid arguments or settings, before anything is created.
     """

@@ -6,7 +6,9 @@ import argparse
 import importlib
 import sys
 
-__all__ = ["main"]
+from . import __version__
+
+__all__ = ["build_parser", "main"]
 
 # name -> (module, help). Each module has `add_arguments(parser)` and `run(args) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -19,14 +21,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="openruns", description="openruns: a run tracker")
+    parser.add_argument("--version", action="version", version=f"openruns {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
         command.set_defaults(_module=module)
         _module(module).add_arguments(command)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return int(_module(args._module).run(args) or 0)
     except KeyboardInterrupt:

@@ -34,7 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="no server: write offline runs under --dir (upload them with openruns sync)",
     )
-    parser.add_argument("--dir", default=None, help="directory of offline runs and spools")
+    parser.add_argument(
+        "--dir",
+        default=None,
+        help="directory of offline runs and spools (default: the dir setting, ./openruns-runs)",
+    )
     parser.add_argument(
         "--exit", action="store_true", help="stop the server when the demo runs are done"
     )

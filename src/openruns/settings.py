@@ -14,15 +14,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from .errors import ConfigurationError
 
-__all__ = ["Mode", "OnError", "Settings", "config_file_path"]
+__all__ = ["DEFAULT_DIR", "Mode", "OnError", "Settings", "config_file_path"]
 
 Mode = Literal["online", "offline", "disabled"]
 OnError = Literal["warn", "raise"]
 
 _MODES = ("online", "offline", "disabled")
+# Not "openruns": a directory of that name in the working directory would shadow the package
+# for `import openruns` in any interpreter that does not have it installed.
+DEFAULT_DIR = "openruns-runs"
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ class Settings:
     - `base_url`: the openruns server, e.g. http://127.0.0.1:8765.
     - `api_key`: a team API key or a per-run token.
     - `team_id`: the team a new run belongs to (servers with auth know it from the key).
-    - `dir`: where offline runs and upload spools are written. Default `./openruns`.
+    - `dir`: where offline runs and upload spools are written. Default `./openruns-runs`.
     - `on_error`: warn (log upload failures, never raise) | raise (re-raise the first failure
       from the next flush() or at the end of finish()).
     - `finish_timeout`: seconds finish() may spend draining uploads. Default 300.
@@ -48,7 +52,7 @@ class Settings:
     base_url: str | None = None
     api_key: str | None = None
     team_id: str | None = None
-    dir: str = "openruns"
+    dir: str = DEFAULT_DIR
     on_error: OnError = "warn"
     finish_timeout: float = 300.0
     max_queued_records: int = 8192
@@ -104,6 +108,21 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigurationError(f"config file {path}: {exc}") from exc
 
 
+def _server_url(value: str) -> str:
+    """The server's origin (and path prefix, if any), without a trailing `/` or `/api/v1`."""
+    url = urlsplit(value.strip())
+    if url.scheme not in ("http", "https") or not url.hostname:
+        hint = "" if "://" in value else f" (did you mean http://{value.strip()}?)"
+        raise ConfigurationError(
+            f"base_url must be an http:// or https:// URL with a host, got {value!r}{hint}"
+        )
+    try:
+        url.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise ConfigurationError(f"base_url has an invalid port: {value!r}") from exc
+    return value.strip().rstrip("/").removesuffix("/api/v1")
+
+
 def _validated(values: dict[str, Any]) -> dict[str, Any]:
     mode = str(values["mode"]).strip().lower()
     if mode not in _MODES:
@@ -113,7 +132,7 @@ def _validated(values: dict[str, Any]) -> dict[str, Any]:
         raise ConfigurationError(
             "online mode needs a server: start one with `openruns server` and set "
             "OPENRUNS_BASE_URL (or pass base_url=), or pass mode='offline' for a run written "
-            "to ./openruns that `openruns sync` uploads later"
+            f"to ./{DEFAULT_DIR} that `openruns sync` uploads later"
         )
     if "on_error" in values:
         on_error = str(values["on_error"]).strip().lower()
@@ -121,7 +140,7 @@ def _validated(values: dict[str, Any]) -> dict[str, Any]:
             raise ConfigurationError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
         values["on_error"] = on_error
     if values.get("base_url"):
-        values["base_url"] = str(values["base_url"]).rstrip("/").removesuffix("/api/v1")
+        values["base_url"] = _server_url(str(values["base_url"]))
     for name, kind in (
         ("finish_timeout", float),
         ("max_queued_records", int),

@@ -25,7 +25,7 @@ import orjson
 
 from .errors import APIError, BadRequestError, ConflictError, NotFoundError
 from .rundir import STREAMS, Frame, iter_frames, read_json, segment_paths
-from .settings import Settings
+from .settings import DEFAULT_DIR, Settings
 from .spec import RunStatus
 from .upload.http import ApiClient, retrying
 
@@ -36,11 +36,15 @@ RETRY_PATIENCE = 120.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "paths", nargs="*", help="run directories, or directories of runs (default: ./openruns)"
+        "paths",
+        nargs="*",
+        help=f"run directories, or directories of runs (default: ./{DEFAULT_DIR})",
     )
     parser.add_argument("--base-url", help="the server (default: OPENRUNS_BASE_URL)")
     parser.add_argument("--api-key", help="an API key (default: OPENRUNS_API_KEY)")
-    parser.add_argument("--parallel", type=int, default=4, help="runs uploaded at once")
+    parser.add_argument(
+        "--parallel", type=int, default=4, help="runs uploaded at once (default: 4)"
+    )
 
 
 @dataclass

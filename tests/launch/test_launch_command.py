@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 from openruns.rundir import iter_stream
+from openruns.settings import DEFAULT_DIR
 
 from .helpers import openruns_cli, script, spawn_cli, the_run, wait_for
 
@@ -203,7 +204,7 @@ def test_job_file_errors_start_nothing(tmp_path):
         proc = openruns_cli("launch", str(path), cwd=tmp_path)
         assert proc.returncode == 2, body
         assert message in proc.stderr, (body, proc.stderr)
-    assert not (tmp_path / "openruns").exists()
+    assert not (tmp_path / DEFAULT_DIR).exists()
 
 
 def test_a_component_that_cannot_start_fails_the_run(tmp_path):

@@ -16,23 +16,38 @@ from .helpers import episode
 
 
 class Recording(Monitor):
-    def __init__(self, name: str, delay: float = 0.0, fail: bool = False):
+    """Records its calls. `gate`: each call first waits until the gate is opened, so a test can
+    hold a monitor stuck for as long as it needs without depending on how fast the machine is."""
+
+    def __init__(
+        self,
+        name: str,
+        delay: float = 0.0,
+        fail: bool = False,
+        gate: threading.Event | None = None,
+    ):
         self.name = name
         self.delay = delay
         self.fail = fail
+        self.gate = gate
         self.calls: list[tuple] = []
         self.threads: set[str] = set()
         self.finalized = False
 
+    def _wait(self) -> None:
+        if self.gate is not None:
+            self.gate.wait()
+        time.sleep(self.delay)
+
     def log_metrics(self, values, step):
         self.threads.add(threading.current_thread().name)
-        time.sleep(self.delay)
+        self._wait()
         if self.fail:
             raise OSError("disk on fire")
         self.calls.append(("metrics", values, step))
 
     def log_episodes(self, episodes, step, kind, subset):
-        time.sleep(self.delay)
+        self._wait()
         if self.fail:
             raise OSError("disk on fire")
         self.calls.append(("episodes", [e["id"] for e in episodes], step, kind, subset))
@@ -91,47 +106,51 @@ def test_a_failing_monitor_warns_with_its_name_and_never_raises(caplog):
     )
 
 
-def test_a_slow_monitor_delays_neither_the_caller_nor_the_others():
-    fast, slow = Recording("fast"), Recording("slow", delay=0.3)
+def test_a_stuck_monitor_delays_neither_the_caller_nor_the_others():
+    release = threading.Event()
+    fast, stuck = Recording("fast"), Recording("stuck", gate=release)
 
     async def main():
-        monitors = Monitors([slow, fast])
-        started = time.monotonic()
+        monitors = Monitors([stuck, fast])
         for step in range(4):
-            await monitors.log({"x": step}, step=step)
-        logged_in = time.monotonic() - started
+            await monitors.log({"x": step}, step=step)  # returns although "stuck" never moved
         while len(fast.calls) < 4:
             await asyncio.sleep(0.005)
-        fast_done = time.monotonic() - started
+        stuck_calls_then = len(stuck.calls)
+        release.set()
         await monitors.finalize()
-        return logged_in, fast_done
+        return stuck_calls_then
 
-    logged_in, fast_done = asyncio.run(main())
-    assert logged_in < 0.1  # four log() calls queued, none waited for the slow monitor
-    assert fast_done < 0.25  # the fast monitor was done long before the slow one's first call
-    assert len(slow.calls) == 4  # finalize waited for the slow one
+    stuck_calls_then = asyncio.run(main())
+    assert stuck_calls_then == 0  # the fast monitor finished while the stuck one had done nothing
+    assert [c[2] for c in fast.calls] == [0, 1, 2, 3]
+    assert [c[2] for c in stuck.calls] == [0, 1, 2, 3]  # finalize waited for the stuck one
 
 
 def test_a_full_queue_waits_then_drops_for_that_monitor_only(monkeypatch, caplog):
     monkeypatch.setattr(worker_module, "MAX_PENDING_ROWS", 2)
     monkeypatch.setattr(worker_module, "PUT_TIMEOUT_SECONDS", 0.2)
-    stuck, fine = Recording("stuck", delay=1.0), Recording("fine")
+    release = threading.Event()
+    stuck, fine = Recording("stuck", gate=release), Recording("fine")
 
     async def main():
         monitors = Monitors([stuck, fine])
-        started = time.monotonic()
+        # "stuck" takes nothing until released: every log() past its queue's room can only
+        # return by giving up after the put timeout, so reaching the next line proves the
+        # wait is bounded (an unbounded wait would hang here until pytest's timeout).
         for step in range(5):
             await monitors.log({"x": step}, step=step)
-        elapsed = time.monotonic() - started
+        dropped_while_stuck = monitors.stats["stuck"].dropped
+        release.set()
         await monitors.finalize()
-        return monitors, elapsed
+        return monitors, dropped_while_stuck
 
     with caplog.at_level(logging.WARNING, logger="openruns.monitors"):
-        monitors, elapsed = asyncio.run(main())
+        monitors, dropped_while_stuck = asyncio.run(main())
     stats = monitors.stats
     assert stats["fine"].logged == 5
-    assert stats["stuck"].logged + stats["stuck"].dropped == 5 and stats["stuck"].dropped >= 1
-    assert elapsed < 0.2 * 5  # each full wait is bounded by the put timeout
+    assert dropped_while_stuck >= 1
+    assert stats["stuck"].logged + stats["stuck"].dropped == 5
     assert sum("stuck monitor dropped" in r.getMessage() for r in caplog.records) == 1
 
 
@@ -181,16 +200,17 @@ def test_misuse_raises():
 
 
 def test_finalize_timeout_names_the_monitor_still_working(caplog):
+    release = threading.Event()
+
     async def main():
-        monitors = Monitors([Recording("slow", delay=1.0)])
+        monitors = Monitors([Recording("slow", gate=release)])
         await monitors.log({"x": 1}, step=0)
-        started = time.monotonic()
+        # "slow" is held until finalize has returned: returning at all proves the timeout.
         await monitors.finalize(timeout=0.1)
-        return time.monotonic() - started
+        release.set()
 
     with caplog.at_level(logging.WARNING, logger="openruns.monitors"):
-        elapsed = asyncio.run(main())
-    assert elapsed < 0.5
+        asyncio.run(main())
     assert any("slow did not finish within 0.1 s" in r.getMessage() for r in caplog.records)
 
 

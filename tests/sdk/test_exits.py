@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from openruns.settings import DEFAULT_DIR
+
 from .helpers import only_run_dir, python, run_json, spawn
 
 OPEN = """
@@ -17,7 +19,7 @@ run.log_metrics({"x": 1}, step=0)
 
 
 def _status(tmp_path):
-    doc = run_json(only_run_dir(tmp_path / "openruns"))
+    doc = run_json(only_run_dir(tmp_path / DEFAULT_DIR))
     return doc["status"], doc["error"]
 
 
@@ -85,7 +87,7 @@ def test_uncaught_exception_without_with_is_crashed_with_its_error(tmp_path):
 def test_records_logged_before_atexit_are_written(tmp_path):
     proc = python(OPEN + "run.log_episodes([{'id': 'e1', 'traces': []}])\n", tmp_path)
     assert proc.returncode == 0, proc.stderr
-    run_dir = only_run_dir(tmp_path / "openruns")
+    run_dir = only_run_dir(tmp_path / DEFAULT_DIR)
     from .helpers import records
 
     assert [r["id"] for r in records(run_dir, "episodes")] == ["e1"]

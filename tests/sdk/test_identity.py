@@ -6,6 +6,7 @@ import os
 
 import openruns
 from openruns.identity import new_run_id
+from openruns.settings import DEFAULT_DIR
 
 from .helpers import python, records, run_json
 
@@ -103,7 +104,7 @@ def test_nonzero_rank_without_a_run_never_creates_one(tmp_path):
     mode, run_id = child.stdout.split()
     assert mode == "disabled" and run_id.startswith("disabled-")
     assert "LOCAL_RANK=1 has no run to attach to" in child.stderr
-    assert not (tmp_path / "openruns").exists()
+    assert not (tmp_path / DEFAULT_DIR).exists()
 
 
 def test_rank_zero_creates(tmp_path):

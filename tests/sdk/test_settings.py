@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
+import openruns
 from openruns.errors import ConfigurationError
-from openruns.settings import Settings
+from openruns.settings import DEFAULT_DIR, Settings
 
 
 def _resolve(tmp_path, args=None, env=None, file_text=None):
@@ -58,3 +63,41 @@ def test_every_setting_is_documented():
     doc = Settings.__doc__ or ""
     for name in Settings.__dataclass_fields__:
         assert f"`{name}`" in doc, name
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("127.0.0.1:8791", "did you mean http://127.0.0.1:8791?"),
+        ("localhost", "did you mean http://localhost?"),
+        ("ftp://example.org", "must be an http:// or https:// URL"),
+        ("http://", "must be an http:// or https:// URL with a host"),
+        ("http://host:port", "invalid port"),
+    ],
+)
+def test_a_base_url_without_scheme_or_host_is_refused_at_init(tmp_path, value, message):
+    with pytest.raises(ConfigurationError, match="base_url") as raised:
+        openruns.init(base_url=value, dir=tmp_path)
+    assert repr(value) in str(raised.value) and message in str(raised.value)
+
+
+def test_the_default_run_directory_cannot_shadow_the_package(tmp_path):
+    # An offline run in the working directory, then an interpreter that does not have openruns
+    # installed looks for it there: the directory must not be importable as the package.
+    subprocess.run(
+        [sys.executable, "-c", "import openruns; openruns.init(kind='eval').finish()"],
+        cwd=tmp_path,
+        check=True,
+        env={**os.environ, "OPENRUNS_CONFIG_FILE": str(tmp_path / "none.toml")},
+    )
+    assert (tmp_path / DEFAULT_DIR).is_dir()
+    # -S: no site-packages, so the installed package is out of sight; with -c the working
+    # directory comes first on sys.path, as for any script run there.
+    probe = subprocess.run(
+        [sys.executable, "-S", "-c", "import importlib.util as u; print(u.find_spec('openruns'))"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert probe.stdout.strip() == "None"

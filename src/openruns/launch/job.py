@@ -6,7 +6,7 @@ The job file of `openruns launch`: one run, several components.
     kind = "train"                 # train | eval
     model = "Qwen/Qwen3-0.6B"
     mode = "offline"               # online | offline | disabled (default: settings)
-    dir = "openruns"               # offline runs
+    dir = "openruns-runs"          # offline runs (default: settings)
 
     [launch]
     log_dir = "logs"               # component logs: <log_dir>/<run id>/<component>.log

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..settings import DEFAULT_DIR
 from . import DEFAULT_GRACE_SECONDS
 
 __all__ = ["add_arguments", "run"]
@@ -26,14 +27,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.usage = "openruns run [options] -- CMD [ARG ...]"
     parser.add_argument("--name", help="run name (default: derived from the model or kind)")
     parser.add_argument("--kind", choices=("train", "eval"), default="train", help="default train")
-    parser.add_argument("--model", help="model the run trains or evaluates")
-    parser.add_argument("--config", metavar="FILE", help="config file stored with the run")
+    parser.add_argument("--model", help="model the run trains or evaluates (default: none)")
+    parser.add_argument(
+        "--config", metavar="FILE", help="config file stored with the run (default: none)"
+    )
     parser.add_argument(
         "--mode",
         choices=("online", "offline", "disabled"),
         help="default: OPENRUNS_MODE, else online when a server is configured, else offline",
     )
-    parser.add_argument("--dir", help="where offline runs are written (default ./openruns)")
+    parser.add_argument("--dir", help=f"where offline runs are written (default: ./{DEFAULT_DIR})")
     parser.add_argument(
         "--grace",
         type=float,
