@@ -132,6 +132,11 @@ def check_no_dangling_index_rows(stores) -> None:
     assert rows
     blobs = stores.open_blobs()
     decompressor = zstandard.ZstdDecompressor()
+    segments_read: dict[str, bytes] = {}  # each blob fetched once (a GET each on S3)
     for blob_key, frame_offset, frame_length, offset, length in rows:
-        frame = decompressor.decompress(blobs.get_range(blob_key, frame_offset, frame_length))
-        assert orjson.loads(frame[offset : offset + length])["id"]
+        if blob_key not in segments_read:
+            segments_read[blob_key] = blobs.get(blob_key)
+        frame = segments_read[blob_key][frame_offset : frame_offset + frame_length]
+        assert len(frame) == frame_length
+        record = decompressor.decompress(frame)[offset : offset + length]
+        assert orjson.loads(record)["id"]
