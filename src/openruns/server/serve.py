@@ -84,7 +84,8 @@ def serve(settings: ServerSettings) -> None:
     server = _server(create_app(settings, state), log_level="warning")
     auth = "API keys required" if state.auth_enabled else "auth off"
     print(f"openruns server listening on {url_of(sock)}", flush=True)
-    where = f"metadata in {describe_url(state.store.db.url)}, blobs in {state.blobs.describe()}"
+    database = describe_url(settings.database_url or state.store.db.url)
+    where = f"metadata in {database}, blobs in {state.blobs.describe()}"
     print(f"{where} ({auth}); API docs at /api/v1/docs", flush=True)
     server.run(sockets=[sock])
 
