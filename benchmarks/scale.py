@@ -229,10 +229,21 @@ def show(result: dict[str, Any]) -> None:
         busy = {k: v for k, v in phase["cores"].items() if v >= 0.005}
         return ", ".join(f"{k} {v:.2f}" for k, v in busy.items())
 
+    def ours(phase: dict[str, Any]) -> float:
+        """Cores used by the processes of this deployment and its client."""
+        return sum(v for k, v in phase["cores"].items() if k != "machine")
+
     print(f"\n== {result['name']}")
     m, e, r = result["metrics"], result["episodes"], result["read"]
-    print(f"metrics ingest: {m['rows_s']:,.0f} rows/s   [cores: {cores(m)}]")
-    print(f"episode ingest: {e['mb_s']:.0f} MB/s of NDJSON   [cores: {cores(e)}]")
+    # CPU per unit of work does not depend on how much CPU other jobs left us.
+    print(
+        f"metrics ingest: {m['rows_s']:,.0f} rows/s, {ours(m) / m['rows_s'] * 1e6:.1f} CPU-us "
+        f"per row   [cores: {cores(m)}]"
+    )
+    print(
+        f"episode ingest: {e['mb_s']:.0f} MB/s of NDJSON, {ours(e) / e['mb_s'] * 1e3:.1f} CPU-ms "
+        f"per MB   [cores: {cores(e)}]"
+    )
     print(
         f"downsampled read, 1M steps -> 1000 points: {r['median_ms']:.0f} ms median, "
         f"{r['p95_ms']:.0f} ms p95   [cores: {cores(r)}]"
