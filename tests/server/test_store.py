@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import os
+import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,6 +19,7 @@ from openruns.server.body import decompress
 from openruns.server.errors import ApiError
 from openruns.server.store import LocalBlobStore, Store
 from openruns.server.store import metrics as metric_sql
+from openruns.server.store.migrate import NewerSchemaError
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +185,14 @@ def test_replicas_starting_together_migrate_once(backend, stores_factory, tmp_pa
     finally:
         for s in opened:
             s.close()
+
+
+def test_a_newer_schema_is_refused_in_words(tmp_path):
+    url = f"sqlite:///{tmp_path}/openruns.db"
+    Store.open(url).close()
+    db = sqlite3.connect(tmp_path / "openruns.db")
+    db.execute("UPDATE alembic_version SET version_num = '9999'")
+    db.commit()
+    db.close()
+    with pytest.raises(NewerSchemaError, match="migrated by a newer openruns.*upgrade this server"):
+        Store.open(url)

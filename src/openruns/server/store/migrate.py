@@ -14,11 +14,12 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.util import CommandError
 from sqlalchemy import Connection
 
 from .sql import lock_migrations
 
-__all__ = ["upgrade"]
+__all__ = ["NewerSchemaError", "upgrade"]
 
 SCRIPTS = Path(__file__).with_name("migrations")
 
@@ -29,4 +30,15 @@ def upgrade(conn: Connection) -> None:
     config = Config()
     config.set_main_option("script_location", str(SCRIPTS))
     config.attributes["connection"] = conn
-    command.upgrade(config, "head")
+    try:
+        command.upgrade(config, "head")
+    except CommandError as exc:
+        if "Can't locate revision" not in str(exc):
+            raise
+        raise NewerSchemaError(
+            f"the database was migrated by a newer openruns ({exc}); upgrade this server"
+        ) from exc
+
+
+class NewerSchemaError(Exception):
+    """The database's schema is newer than this server's migrations."""
