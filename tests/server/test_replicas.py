@@ -195,3 +195,26 @@ def watch_the_sweepers(url_a: str, url_b: str) -> None:
                 crashed["updated_at"],
             )
         assert ha.get(f"/runs/{beating}").json()["status"] == "running"
+
+
+def test_concurrent_patches_on_two_replicas_all_land(shared_stores):
+    """Summary merges and tag rewrites racing on two replicas: every key lands, no 5xx."""
+    replicas = [serve_in_thread(**shared_stores.settings) for _ in range(2)]
+    try:
+        clients = [api(r.url) for r in replicas]
+        run_id = create_run(clients[0])["id"]
+
+        def patch(i: int) -> int:
+            body = {"summary": {f"k{i}": i}} if i % 2 else {"tags": [f"t{i % 3}", "shared"]}
+            return clients[i % 2].patch(f"/runs/{run_id}", json=body).status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            assert set(pool.map(patch, range(40))) == {200}
+        run = clients[1].get(f"/runs/{run_id}").json()
+        assert run["summary"] == {f"k{i}": i for i in range(1, 40, 2)}
+        assert "shared" in run["tags"] and len(run["tags"]) == 2
+        for client in clients:
+            client.close()
+    finally:
+        for replica in replicas:
+            replica.stop()

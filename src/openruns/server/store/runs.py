@@ -164,13 +164,14 @@ def list_runs(
 
 
 def patch_run(conn: Connection, seq: int, changes: dict[str, Any], now: float) -> None:
-    """Apply a PATCH: `summary` is merged key by key (under the row's lock, so concurrent
-    merges on two replicas both land), the other fields replace."""
+    """Apply a PATCH: `summary` is merged key by key, the other fields replace. The run's row
+    is locked first, so concurrent patches on two replicas apply one after the other (both
+    summary merges land; tag rewrites do not collide)."""
     values: dict[str, Any] = {"updated_at": now}
+    current = conn.execute(
+        select(runs.c.summary).where(runs.c.seq == seq).with_for_update()
+    ).scalar_one()
     if "summary" in changes:
-        current = conn.execute(
-            select(runs.c.summary).where(runs.c.seq == seq).with_for_update()
-        ).scalar_one()
         merged = {**orjson.loads(current), **changes["summary"]}
         values["summary"] = dump_json(merged, "summary")
     if "losses" in changes:
