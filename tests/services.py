@@ -322,8 +322,10 @@ class StoresFactory:
             self._s3 = S3Endpoint().start()
         return self._s3
 
-    def new(self, kind: str, tmp: Path) -> Stores:
+    def new(self, kind: str, tmp: Path | None = None) -> Stores:
+        """Fresh stores: a data directory `tmp` (sqlite), or a database and a bucket."""
         if kind == "sqlite":
+            assert tmp is not None, "SQLite stores need a directory"
             return Stores(kind, {"data_dir": tmp})
         s3 = self.s3()
         return Stores(

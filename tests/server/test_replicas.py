@@ -29,7 +29,7 @@ from .test_durability import (
 
 @pytest.fixture
 def shared_stores(stores_factory):
-    return stores_factory.new("postgres", None)  # type: ignore[arg-type]
+    return stores_factory.new("postgres")
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from .helpers import api, create_run, episode, error_of, metric_rows, ndjson, up
 
 @pytest.fixture
 def pg_stores(stores_factory) -> Stores:
-    return stores_factory.new("postgres", None)  # type: ignore[arg-type]
+    return stores_factory.new("postgres")
 
 
 def test_an_unreachable_database_is_a_503_naming_it(stores_factory, pg_stores):
