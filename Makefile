@@ -1,5 +1,5 @@
 # Developer shortcuts; CI and the README use scripts/test directly.
-.PHONY: test lint bench load-test load-test-full
+.PHONY: test lint bench load-test load-test-full screenshots
 
 test:
 	bash scripts/test
@@ -18,3 +18,8 @@ load-test:
 load-test-full:
 	uv run python benchmarks/online_load.py --episodes 1000
 	uv run python benchmarks/online_load.py --episodes 10000 --fixed-mb 2.2
+
+# Refresh the README's screenshots (docs/screenshots/) from the browser tests; a plain test run
+# saves its screenshots in a temporary directory and leaves the tree as it was.
+screenshots:
+	OPENRUNS_SCREENSHOTS=docs/screenshots uv run pytest tests/web -q -p no:cacheprovider

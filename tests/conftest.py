@@ -18,11 +18,16 @@ _RUN_ENV = (
 )
 
 
+# Set by launchers and schedulers; a test sets the ones it needs in its subprocesses.
+_INHERITED = ("RUN_ID", "RANK", "LOCAL_RANK", "DP_RANK", "SLURM_JOB_ID")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_settings(tmp_path, monkeypatch):
-    """No user config, no inherited run, no OPENRUNS_* settings from the developer's shell."""
+    """No user config, no inherited run, no OPENRUNS_* (or PRIME_*, read after them) settings
+    from the developer's shell."""
     for name in list(os.environ):
-        if name.startswith("OPENRUNS_") or name in ("RUN_ID", "RANK", "LOCAL_RANK"):
+        if name.startswith(("OPENRUNS_", "PRIME_")) or name in _INHERITED:
             monkeypatch.delenv(name)
     monkeypatch.setenv("OPENRUNS_CONFIG_FILE", str(tmp_path / "no-config.toml"))
     monkeypatch.setenv("OPENRUNS_SERVER_CONFIG", str(tmp_path / "no-server-config.toml"))

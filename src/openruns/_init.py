@@ -16,11 +16,12 @@ from .backends.offline import OfflineBackend
 from .backends.server import ServerBackend
 from .errors import ConfigurationError
 from .identity import export_run, inherited_run, new_run_id, nonzero_rank
-from .run import Run
+from .run import Ownership, Run
 from .settings import Settings
-from .spec import ConfigSource, TrainingSpec
+from .settings import traces_opt_out as resolve_traces_opt_out
+from .spec import ConfigSource, EnvironmentRef, TrainingSpec
 
-__all__ = ["init"]
+__all__ = ["init", "open_run"]
 
 logger = logging.getLogger("openruns")
 
@@ -30,10 +31,11 @@ def init(
     name: str | None = None,
     kind: str = "eval",
     model: str | None = None,
-    environments: Sequence[str | Mapping[str, Any]] | None = None,
+    environments: Sequence[str | Mapping[str, Any] | EnvironmentRef] | None = None,
     framework: str | None = None,
     description: str | None = None,
     tags: Sequence[str] | None = None,
+    group: str | None = None,
     config: str | os.PathLike[str] | ConfigSource | Mapping[str, Any] | None = None,
     training: TrainingSpec | None = None,
     id: str | None = None,
@@ -44,6 +46,7 @@ def init(
     dir: str | os.PathLike[str] | None = None,
     on_error: str | None = None,
     finish_timeout: float | None = None,
+    traces_opt_out: bool | None = None,
 ) -> Run:
     """
     Open a run and return it.
@@ -51,16 +54,74 @@ def init(
         run = openruns.init(kind="eval", model="Qwen/Qwen3-8B", environments=["gsm8k"],
                             config="eval.toml")
 
-    - A new run is created (and owned by this process) unless one is inherited: `id=` attaches
-      to that run; a run id exported by another process (`OPENRUNS_RUN_ID`, set by the owner or
-      by `openruns run`) is attached to; a process with a non-zero `RANK` / `LOCAL_RANK` only
-      ever attaches (without a run to attach to, its run is disabled, with a warning).
-    - `config`: a path (stored byte-for-byte with its format), a ConfigSource or a mapping.
-    - `mode`: online (a server; default when a base URL is configured), offline (a real run
-      written under `dir`, default `./openruns-runs`), disabled (everything accepted and discarded).
+    Which run, and who sets its final status:
+    - a run exported by another process (`OPENRUNS_RUN_ID`, set by the process that created it,
+      by `openruns run` / `openruns launch`, or by a scheduler after `openruns runs create`) is
+      attached to: this process only flushes its records, and reports its fatal error for the
+      owner; its `name=`, `config=`, `tags=`, ... fill in what the owner left unset;
+    - `id=` resumes that run (creating it when it does not exist, reopening it when it ended):
+      this process then finishes it as its owner. With `kind="train"` it follows prime-rl's
+      contract instead: nothing is registered, a clean finish() completes the run, and a
+      failure is logged and left to the launcher or scheduler that created it. An `id=` equal
+      to the exported run's is an attach like the above;
+    - a process with a non-zero `RANK` / `LOCAL_RANK` / `DP_RANK` only ever attaches (without a
+      run to attach to, its run is disabled, with a warning);
+    - otherwise a new run is created and owned by this process.
+
+    `config`: a path (stored byte-for-byte with its format), a ConfigSource or a mapping.
+    `group`: a name shared by the runs of one experiment (the dashboard groups by it).
+    `mode`: online (a server; default when a base URL is configured), offline (a real run
+    written under `dir`, default `./openruns-runs`), disabled (everything accepted and
+    discarded). `traces_opt_out` (and `PRIME_TRACES_OPT_OUT`): prime-runs' opt-out of Prime
+    Traces, validated as prime-runs does and otherwise without effect: episodes always go to the
+    openruns server (docs/prime-runs.md).
 
     Raises ConfigurationError for invalid arguments or settings, before anything is created.
     """
+    return open_run(
+        name=name,
+        kind=kind,
+        model=model,
+        environments=environments,
+        framework=framework,
+        description=description,
+        tags=tags,
+        group=group,
+        config=config,
+        training=training,
+        id=id,
+        traces_opt_out=traces_opt_out,
+        settings_arguments={
+            "mode": mode,
+            "base_url": base_url,
+            "api_key": api_key,
+            "team_id": team_id,
+            "dir": dir,
+            "on_error": on_error,
+            "finish_timeout": finish_timeout,
+        },
+    )
+
+
+def open_run(
+    *,
+    name: str | None,
+    kind: str,
+    model: str | None,
+    environments: Sequence[str | Mapping[str, Any] | EnvironmentRef] | None,
+    framework: str | None,
+    description: str | None,
+    tags: Sequence[str] | None,
+    config: str | os.PathLike[str] | ConfigSource | Mapping[str, Any] | None,
+    training: TrainingSpec | None,
+    id: str | None,
+    settings_arguments: Mapping[str, Any],
+    traces_opt_out: bool | None = None,
+    name_at_close: bool = False,
+    group: str | None = None,
+) -> Run:
+    """init(), with one more choice for launchers: `name_at_close` leaves an unnamed run
+    without a name until it closes (so a component's init(name=...) can name it first)."""
     if kind not in ("eval", "train"):
         raise ConfigurationError(f"kind must be 'eval' or 'train', got {kind!r}")
     if training is not None:
@@ -71,67 +132,16 @@ def init(
                 f"training must be a TrainingSpec, got {type(training).__name__}"
             )
     tags_list = _string_list("tags", tags)
+    if group is not None and (not isinstance(group, str) or not group or len(group) > 256):
+        raise ConfigurationError(f"group must be a string of 1 to 256 characters, got {group!r}")
     envs = _environments(environments)
     config_source = ConfigSource.coerce(config)
     if id is not None and (not isinstance(id, str) or not id or "/" in id):
         raise ConfigurationError(f"id must be a non-empty string without '/', got {id!r}")
-    settings = Settings.resolve(
-        {
-            "mode": mode,
-            "base_url": base_url,
-            "api_key": api_key,
-            "team_id": team_id,
-            "dir": dir,
-            "on_error": on_error,
-            "finish_timeout": finish_timeout,
-        }
-    )
-
-    inherited = inherited_run()
-    rank = nonzero_rank()
-    attach_id = id or (inherited.id if inherited else None)
-    if attach_id is None and rank is not None:
-        logger.warning(
-            "openruns: %s has no run to attach to (no id= and no OPENRUNS_RUN_ID); "
-            "non-zero ranks never create runs, so this process's logging is discarded",
-            rank,
-        )
-        settings = dataclasses.replace(settings, mode="disabled")
-    if inherited is not None and id is None:
-        kind = inherited.kind or kind
-
-    def opened(run_id: str, backend: Backend, attached: bool, run_dir: Path | None) -> Run:
-        return Run(
-            run_id=run_id,
-            kind=kind,
-            name=name,
-            settings=settings,
-            backend=backend,
-            attached=attached,
-            config_source=config_source,
-            run_dir=run_dir,
-        )
-
-    if settings.mode == "disabled":
-        run_id = attach_id or f"disabled-{secrets.token_hex(8)}"
-        return opened(run_id, DisabledBackend(), attach_id is not None, None)
-
-    if attach_id is not None:
-        run_dir = Path(
-            inherited.run_dir
-            if inherited is not None and inherited.run_dir and attach_id == inherited.id
-            else Path(settings.dir) / attach_id
-        ).absolute()
-        if settings.mode == "online":
-            backend: Backend = ServerBackend.attach(settings, attach_id, run_dir)
-        else:
-            backend = OfflineBackend.attach(run_dir)
-        return opened(attach_id, backend, True, run_dir)
-
-    run_id = new_run_id()
-    name = name or _default_name(kind, envs, framework, model)
-    metadata = {
-        "id": run_id,
+    settings = Settings.resolve(settings_arguments)
+    if settings.mode != "disabled":  # as prime-runs: checked unless the run is disabled
+        resolve_traces_opt_out(traces_opt_out)
+    metadata: dict[str, Any] = {
         "kind": kind,
         "name": name,
         "model": model,
@@ -139,16 +149,88 @@ def init(
         "framework": framework,
         "description": description,
         "tags": tags_list,
+        "group": group,
         "config": config_source.to_dict() if config_source else None,
         "training": training.to_dict() if training else None,
-        "team_id": settings.team_id,
     }
+
+    inherited = inherited_run()
+    rank = nonzero_rank()
+    if id is not None:
+        run_id: str | None = id
+        if rank is not None or (inherited is not None and id == inherited.id):
+            ownership = Ownership.ATTACHED  # the id came from the environment, or a rank
+        elif kind == "train":
+            ownership = Ownership.COMPLETES
+        else:
+            ownership = Ownership.OWNER  # a resume
+    elif inherited is not None:
+        run_id, ownership = inherited.id, Ownership.ATTACHED
+    else:
+        run_id, ownership = None, Ownership.OWNER
+        if rank is not None:
+            logger.warning(
+                "openruns: %s has no run to attach to (no id= and no OPENRUNS_RUN_ID); "
+                "non-zero ranks never create runs, so this process's logging is discarded",
+                rank,
+            )
+            settings = dataclasses.replace(settings, mode="disabled")
+    if inherited is not None and run_id == inherited.id:
+        kind = inherited.kind or kind
+    default_name = None
+    if ownership is Ownership.OWNER and not name:
+        derived = _default_name(kind, envs, framework, model)
+        if name_at_close:
+            default_name = derived
+        else:
+            metadata["name"] = derived
+
+    def opened(run_id: str, backend: Backend, run_dir: Path | None) -> Run:
+        run = Run(
+            run_id=run_id,
+            kind=kind,
+            name=metadata["name"],
+            settings=settings,
+            backend=backend,
+            ownership=ownership,
+            config_source=config_source,
+            run_dir=run_dir,
+            default_name=default_name,
+        )
+        if ownership is not Ownership.OWNER:
+            given = {k: v for k, v in metadata.items() if k != "kind" and v not in (None, [])}
+            if given:
+                run._fill(given)
+        return run
+
+    if settings.mode == "disabled":
+        run_id = run_id or f"disabled-{secrets.token_hex(8)}"
+        return opened(run_id, DisabledBackend(), None)
+
+    if ownership is not Ownership.OWNER:
+        assert run_id is not None
+        run_dir = Path(
+            inherited.run_dir
+            if inherited is not None and inherited.run_dir and run_id == inherited.id
+            else Path(settings.dir) / run_id
+        ).absolute()
+        if settings.mode == "online":
+            backend: Backend = ServerBackend.attach(settings, run_id, run_dir)
+        else:
+            backend = OfflineBackend.attach(run_dir)
+        return opened(run_id, backend, run_dir)
+
+    resume = run_id is not None
+    run_id = run_id or new_run_id()
+    metadata.update(id=run_id, team_id=settings.team_id)
+    if resume:
+        metadata["resume"] = True  # an existing run is reopened, a missing one created
     run_dir = (Path(settings.dir) / run_id).absolute()
     if settings.mode == "online":
         backend = ServerBackend.create(settings, run_id, run_dir, metadata)
     else:
         backend = OfflineBackend.create(run_dir, metadata)
-    run = opened(run_id, backend, False, run_dir)
+    run = opened(run_id, backend, run_dir)
     export_run(run_id, kind, str(run_dir))
     return run
 
@@ -161,13 +243,17 @@ def _string_list(argument: str, values: Sequence[str] | None) -> list[str]:
     return list(values)
 
 
-def _environments(values: Sequence[str | Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+def _environments(
+    values: Sequence[str | Mapping[str, Any] | EnvironmentRef] | None,
+) -> list[dict[str, Any]]:
     if values is None:
         return []
-    if isinstance(values, (str, Mapping)):
+    if isinstance(values, (str, Mapping, EnvironmentRef)):
         values = [values]  # type: ignore[list-item]
     out = []
     for value in values:
+        if isinstance(value, EnvironmentRef):
+            value = value.to_dict()
         if isinstance(value, str) and value:
             out.append({"name": value})
         elif isinstance(value, Mapping) and any(value.get(k) for k in ("name", "id", "slug")):

@@ -1,20 +1,28 @@
 """
 Every exception openruns raises, grouped by cause.
 
-    OpenrunsError
+    OpenrunsError (alias PrimeRunsError)
     ├── ConfigurationError      bad arguments or settings (init() raises it before any work)
+    ├── EnvironmentResolutionError  an environment could not be resolved (prime-runs' name)
     ├── RunFinishedError        log_* / update_summary on a run that is finished or finishing
     └── APIError                an error status from the server (message, status_code, code)
         ├── BadRequestError         400/413/415/422: the request is wrong; a replay cannot help
+        │                           (alias ValidationRejectedError)
         ├── UnauthorizedError       401
+        ├── PaymentRequiredError    402
         ├── ForbiddenError          403
         ├── NotFoundError           404
-        ├── ConflictError           409
+        ├── ConflictError           409 (alias LineFormatConflictError)
         ├── RetryableAPIError       429/502/503/504 (retry_after: seconds, when the server said)
         └── TransportError          no HTTP status: connect error, reset, timeout
             └── APITimeoutError
 
 `is_transient(exc)` tells whether a failed request is worth replaying later.
+
+The prime-runs names (PrimeRunsError, ValidationRejectedError, LineFormatConflictError) are
+aliases, so `except` clauses written for prime-runs catch the same failures. One difference:
+in prime-runs, APIError is not a PrimeRunsError (it comes from prime-traces); here every
+exception is an OpenrunsError, so `except PrimeRunsError` also catches server errors.
 """
 
 from __future__ import annotations
@@ -25,13 +33,18 @@ __all__ = [
     "BadRequestError",
     "ConfigurationError",
     "ConflictError",
+    "EnvironmentResolutionError",
     "ForbiddenError",
+    "LineFormatConflictError",
     "NotFoundError",
     "OpenrunsError",
+    "PaymentRequiredError",
+    "PrimeRunsError",
     "RetryableAPIError",
     "RunFinishedError",
     "TransportError",
     "UnauthorizedError",
+    "ValidationRejectedError",
     "error_for_status",
     "is_transient",
 ]
@@ -43,6 +56,10 @@ class OpenrunsError(Exception):
 
 class ConfigurationError(OpenrunsError):
     """An argument, environment variable or config-file value is invalid or missing."""
+
+
+class EnvironmentResolutionError(OpenrunsError):
+    """An environment named in init() could not be resolved (kept for prime-runs code)."""
 
 
 class RunFinishedError(OpenrunsError):
@@ -65,6 +82,10 @@ class BadRequestError(APIError):
 
 class UnauthorizedError(APIError):
     """401: the API key or run token is missing or invalid."""
+
+
+class PaymentRequiredError(APIError):
+    """402: the account cannot pay for this."""
 
 
 class ForbiddenError(APIError):
@@ -101,9 +122,15 @@ class APITimeoutError(TransportError):
     """The request timed out."""
 
 
+# prime-runs' names of the same errors.
+PrimeRunsError = OpenrunsError
+ValidationRejectedError = BadRequestError
+LineFormatConflictError = ConflictError
+
 _BY_STATUS: dict[int, type[APIError]] = {
     400: BadRequestError,
     401: UnauthorizedError,
+    402: PaymentRequiredError,
     403: ForbiddenError,
     404: NotFoundError,
     409: ConflictError,

@@ -5,12 +5,14 @@ One atexit hook, one pair of SIGTERM/SIGINT handlers and one excepthook serve ev
 the process (open runs are held here strongly, so a run the caller dropped is still closed).
 
 - interpreter exit with a run open: crashed ("process exited without finishing the run", or the
-  uncaught exception that ended it);
+  uncaught exception that ended it); a process attached to a run reports that exception to
+  the run instead (`RuntimeError: boom (trainer)`), for its owner to fail the run with;
 - SIGTERM: crashed, SIGINT: cancelled ("terminated by SIGTERM"); then the handler that was
   installed before ours runs (the default one re-delivers the signal), and when no run is open
   any more the previous handlers are put back.
 
-A forked child inherits all of this; its runs are attached, so each of these only flushes.
+A forked child inherits all of this; its runs are attached, so each of these only flushes (and
+reports an uncaught exception).
 """
 
 from __future__ import annotations
@@ -64,12 +66,16 @@ def closed(run: Run) -> None:
 
 
 def _at_exit() -> None:
+    fatal = None
     if _uncaught is not None:
-        error = f"process exited with an uncaught {type(_uncaught).__name__}: {_uncaught}"
+        described = f"{type(_uncaught).__name__}: {_uncaught}"
+        error = f"process exited with an uncaught {described}"
+        # An interrupt is the launcher's signal coming through, not a component's failure.
+        fatal = described if isinstance(_uncaught, Exception) else None
     else:
         error = "process exited without finishing the run"
     for run in list(_open.values()):
-        run._finish_quietly(RunStatus.CRASHED, error, timeout=None)
+        run._finish_quietly(RunStatus.CRASHED, error, timeout=None, fatal=fatal)
 
 
 def _on_signal(signum: int, frame: Any) -> None:

@@ -12,17 +12,22 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sys
 import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
+    "COMPONENT_ENV",
     "RUN_DIR_ENV",
     "RUN_HOST_ENV",
     "RUN_ID_ENV",
     "RUN_KIND_ENV",
     "RUN_PID_ENV",
+    "RANK_ENVS",
     "InheritedRun",
+    "component_name",
     "export_run",
     "inherited_run",
     "new_run_id",
@@ -35,6 +40,8 @@ RUN_PID_ENV = "OPENRUNS_RUN_PID"
 RUN_KIND_ENV = "OPENRUNS_RUN_KIND"
 RUN_DIR_ENV = "OPENRUNS_RUN_DIR"
 RUN_HOST_ENV = "OPENRUNS_RUN_HOST"
+# `openruns launch` names each component's process in this variable.
+COMPONENT_ENV = "OPENRUNS_COMPONENT"
 # Exported beside OPENRUNS_RUN_ID for code written against prime-rl's convention
 # (`init(id=os.environ["RUN_ID"])`); never read, because other tools set RUN_ID too.
 COMPAT_RUN_ID_ENV = "RUN_ID"
@@ -101,11 +108,26 @@ def unexport_run(run_id: str, environ: MutableMapping[str, str] | None = None) -
         env.pop(COMPAT_RUN_ID_ENV, None)
 
 
+# torchrun sets RANK and LOCAL_RANK; prime-rl sets DP_RANK on its data-parallel workers.
+RANK_ENVS = ("RANK", "LOCAL_RANK", "DP_RANK")
+
+
 def nonzero_rank(environ: Mapping[str, str] | None = None) -> str | None:
-    """`RANK=3` or `LOCAL_RANK=1` (any non-zero rank) names this process's rank, else None."""
+    """`RANK=3`, `LOCAL_RANK=1` or `DP_RANK=2` (any non-zero rank) names this process's rank,
+    else None."""
     env = os.environ if environ is None else environ
-    for name in ("RANK", "LOCAL_RANK"):
+    for name in RANK_ENVS:
         value = env.get(name, "").strip()
         if value and value != "0":
             return f"{name}={value}"
     return None
+
+
+def component_name() -> str:
+    """How this process is named in an error it reports: its `openruns launch` component, else
+    its program (`train.py`), else its pid."""
+    component = os.environ.get(COMPONENT_ENV)
+    if component:
+        return component
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return program if program and program != "-c" else f"pid {os.getpid()}"

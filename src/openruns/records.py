@@ -21,10 +21,12 @@ logger = logging.getLogger("openruns")
 
 __all__ = [
     "MetricsCleaner",
+    "WithDefaults",
     "clean_finite",
     "flatten_metrics",
     "index_fields",
     "is_episode",
+    "record_kind",
     "record_step",
     "stamp_run",
     "to_mapping",
@@ -81,11 +83,15 @@ def stamp_run(record: Mapping[str, Any], run_id: str, run_type: str) -> dict[str
 
 def index_fields(record: Mapping[str, Any], fallback_step: int | None) -> dict[str, Any]:
     """
-    The index row of an episode or trace: id, step, reward, env, ok, tokens, duration.
+    The index row of an episode or trace: id, step, reward, env, ok, tokens, duration, kind,
+    subset.
 
     step: `run.work.step` (the step the episode was dispatched at), else a top-level `step`,
     else `fallback_step` (the run's step when the record was logged). reward: the record's own
-    `reward`, else its summary trace's (first trainable trace, else the first).
+    `reward`, else its summary trace's (first trainable trace, else the first). kind (train |
+    eval): a top-level `kind` (the producer's log call), else `run.work.type` (verifiers stamps
+    the work an episode did for a training run), else the first trace's `info.kind` (prime-rl),
+    else `run.type`. subset: a top-level `subset` (the cohort it was logged as: all, effective).
     """
     traces = record.get("traces") if is_episode(record) else None
     summary = _summary_trace(traces) if traces else None
@@ -108,7 +114,30 @@ def index_fields(record: Mapping[str, Any], fallback_step: int | None) -> dict[s
         "ok": ok if isinstance(ok, bool) else None,
         "tokens": int(tokens) if tokens is not None else None,
         "duration": _duration(traces if traces else [record]),
+        "kind": record_kind(record, traces),
+        "subset": _text(record.get("subset")),
     }
+
+
+def record_kind(record: Mapping[str, Any], traces: list[Any] | None = None) -> str | None:
+    """See index_fields: the kind of work a record did (train | eval), or None."""
+    own = _text(record.get("kind"))
+    if own is not None:
+        return own
+    run = record.get("run")
+    run = run if isinstance(run, Mapping) else {}
+    work = run.get("work")
+    if isinstance(work, Mapping) and _text(work.get("type")) is not None:
+        return work["type"]
+    if traces and isinstance(traces[0], Mapping):
+        info = traces[0].get("info")
+        if isinstance(info, Mapping) and _text(info.get("kind")) is not None:
+            return info["kind"]
+    return _text(run.get("type"))
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def flatten_metrics(values: Mapping[Any, Any]) -> tuple[dict[str, float | int], dict[str, str]]:
@@ -276,3 +305,19 @@ def _number(value: Any) -> float | None:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+class WithDefaults:
+    """A record with fields (kind, subset) to store when the record does not say its own; made
+    into a mapping on the upload side, like any record."""
+
+    __slots__ = ("defaults", "record")
+
+    def __init__(self, record: Any, defaults: dict[str, str]):
+        self.record = record
+        self.defaults = defaults
+
+    def to_record(self) -> Mapping[str, Any]:
+        mapping = to_mapping(self.record)
+        missing = {k: v for k, v in self.defaults.items() if k not in mapping}
+        return {**mapping, **missing} if missing else mapping

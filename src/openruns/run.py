@@ -2,14 +2,20 @@
 Run: one training job or evaluation, as seen from one process.
 
 Lifecycle: RUNNING until finish() (or fail(), the context manager, the exit hooks) starts;
-from then every log_* raises RunFinishedError. Only the process that created the run (the
-owner) finalizes it; an attached run (a child process, another rank, `id=`) only flushes its
-own records when it finishes.
+from then every log_* raises RunFinishedError. Who sets the final status (Ownership):
+
+- OWNER: the process that created the run, or resumed it with an explicit `id=`: every status;
+- COMPLETES: `init(kind="train", id=...)` on a run a launcher or scheduler created (prime-rl's
+  contract): a clean finish completes the run; a failure is logged and left to that owner;
+- ATTACHED: a process that found the run in its environment (a child, a component, a non-zero
+  rank): it only flushes its own records. Its fatal error (fail(), an exception through `with`,
+  an uncaught exception) is reported to the run for the owner to name the failure with.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import os
 import threading
@@ -21,17 +27,25 @@ from typing import Any
 from . import exits
 from .backends.base import Backend
 from .errors import OpenrunsError, RunFinishedError
-from .identity import unexport_run
-from .records import clean_finite
+from .identity import COMPONENT_ENV, component_name, unexport_run
+from .records import WithDefaults, clean_finite
 from .settings import Settings
 from .spec import ConfigSource, RunStatus
 from .upload import fork
 from .upload.pipeline import Pipeline, metrics_item
 from .upload.queue import Item
 
-__all__ = ["Run"]
+__all__ = ["Ownership", "Run"]
 
 logger = logging.getLogger("openruns")
+
+
+class Ownership(enum.Enum):
+    """Which final statuses this process sets (see the module docstring)."""
+
+    OWNER = "owner"
+    COMPLETES = "completes"
+    ATTACHED = "attached"
 
 
 class Run:
@@ -57,21 +71,27 @@ class Run:
         name: str | None,
         settings: Settings,
         backend: Backend,
-        attached: bool,
+        ownership: Ownership,
         config_source: ConfigSource | None = None,
         run_dir: Path | None = None,
+        default_name: str | None = None,
     ):
         self._id = run_id
         self._kind = kind
         self._name = name
         self._settings = settings
         self._backend = backend
-        self._attached = attached
+        self._ownership = ownership
         self._config_source = config_source
         self._run_dir = run_dir
-        self._owner_pid: int | None = None if attached else os.getpid()
+        # The process that may set a final status; a forked child never does.
+        self._finalizer_pid: int | None = None if ownership is Ownership.ATTACHED else os.getpid()
+        # A name to give the run at its close when nobody named it (a launcher's run, whose
+        # components may name it first).
+        self._default_name = default_name
         self._status = RunStatus.RUNNING
         self._error: str | None = None
+        self._fatal: str | None = None  # this process's fatal error, for the run's owner
         self.summary: dict[str, Any] = {}
         self._published: dict[str, Any] = {}  # the summary as last sent by flush()
         self._step = -1
@@ -125,12 +145,24 @@ class Run:
 
     @property
     def attached(self) -> bool:
-        """True when another process owns this run: finish() here only flushes."""
-        return self._attached
+        """True when another process owns this run: finish() here only flushes (with
+        `init(kind="train", id=...)`, a clean finish still completes the run)."""
+        return self.ownership is not Ownership.OWNER
+
+    @property
+    def ownership(self) -> Ownership:
+        return Ownership.ATTACHED if self._finalizer_pid != os.getpid() else self._ownership
 
     @property
     def owns_lifecycle(self) -> bool:
-        return self._owner_pid == os.getpid()
+        """True when this process sets every final status of the run."""
+        return self.ownership is Ownership.OWNER
+
+    def _sets(self, status: RunStatus) -> bool:
+        ownership = self.ownership
+        return ownership is Ownership.OWNER or (
+            ownership is Ownership.COMPLETES and status is RunStatus.COMPLETED
+        )
 
     @property
     def status(self) -> RunStatus:
@@ -164,7 +196,8 @@ class Run:
 
     def log_metrics(self, values: Mapping[str, Any], *, step: int | None = None) -> None:
         """
-        Log scalar metrics at `step` (default: one past the last step logged, from 0). Nested
+        Log scalar metrics at `step`. Without `step` the row is keyed by its time only (as
+        prime-runs does: periodic rows such as `inference/*`), never folded into a step. Nested
         mappings become `a/b` keys; NaN, infinities and non-numbers are dropped and named in a
         warning. Steps may repeat or go backwards; every row is kept.
         """
@@ -172,23 +205,84 @@ class Run:
             raise RunFinishedError(f"run {self._id} is finished; log_metrics() was called after")
         if not isinstance(values, Mapping):
             raise TypeError(f"values must be a mapping, got {type(values).__name__}")
-        step = self._next_step(step)
+        if step is not None:
+            if not isinstance(step, int) or isinstance(step, bool):
+                raise TypeError(f"step must be an int or None, got {type(step).__name__}")
+            self._step = step
         if self._pipeline is not None:
             self._pipeline.put(metrics_item(dict(values), step, time.time()))
 
-    def log_episodes(self, episodes: Iterable[Any], *, step: int | None = None) -> None:
+    def log_episodes(
+        self,
+        episodes: Iterable[Any],
+        *,
+        step: int | None = None,
+        kind: str | None = None,
+        subset: str | None = None,
+    ) -> None:
         """
         Log episodes: mappings with a `traces` list, or objects with `to_record()` /
-        `model_dump()`. Each episode's step is `step`, else its `run.work.step`, else the last
-        step logged. The objects are encoded later, on the upload side; do not mutate them after.
+        `model_dump()`. Each episode's step is its `run.work.step` (the step it was dispatched
+        at), else `step`, else the last step logged. `kind` (train | eval) and `subset` (a
+        cohort such as all | effective) are stored with each episode that does not say its own
+        (an episode's kind is its `run.work.type`, else its first trace's `info.kind`). The
+        objects are encoded later, on the upload side; do not mutate them after.
         """
-        self._log_records("episodes", episodes, step)
+        self._log_records("episodes", episodes, step, kind, subset)
 
-    def log_traces(self, traces: Iterable[Any], *, step: int | None = None) -> None:
+    def log_traces(
+        self,
+        traces: Iterable[Any],
+        *,
+        step: int | None = None,
+        kind: str | None = None,
+        subset: str | None = None,
+    ) -> None:
         """Log bare traces (not wrapped in an episode); as log_episodes otherwise."""
-        self._log_records("traces", traces, step)
+        self._log_records("traces", traces, step, kind, subset)
 
-    def _log_records(self, stream: str, records: Iterable[Any], step: int | None) -> None:
+    def log_annotations(self, annotations: Iterable[Mapping[str, Any]]) -> None:
+        """
+        Log later facts about episodes already logged (by this or any other process), each a
+        mapping keyed by `episode_id`:
+
+            run.log_annotations([{"episode_id": eid, "step": 12,          # trained at step 12
+                                  "info": {"advantage": 0.4, "effective": True}}])
+
+        Optional keys: `trace_id` (the fact is about one trace), `step` (the step the episode
+        was trained at), `info` (deep-merged into the episode's or trace's `info` on read,
+        newest last), `branches` (per-branch streams such as `trainer_logprobs`), `producer`
+        (default `$OPENRUNS_COMPONENT`, else "main"). Stored append-only; folded on read.
+        """
+        if self._finishing:
+            raise RunFinishedError(
+                f"run {self._id} is finished; log_annotations() was called after"
+            )
+        if isinstance(annotations, (Mapping, str, bytes)) or not isinstance(annotations, Iterable):
+            raise TypeError(
+                f"log_annotations() takes an iterable of mappings, got {type(annotations).__name__}"
+            )
+        batch = list(annotations)
+        producer = os.environ.get(COMPONENT_ENV) or "main"
+        for i, annotation in enumerate(batch):
+            if not isinstance(annotation, Mapping):
+                raise TypeError(f"an annotation must be a mapping, got {type(annotation).__name__}")
+            episode_id = annotation.get("episode_id")
+            if not isinstance(episode_id, str) or not episode_id:
+                raise ValueError(f"an annotation needs an episode_id string, got {episode_id!r}")
+            if "producer" not in annotation:
+                batch[i] = {**annotation, "producer": producer}
+        if batch and self._pipeline is not None:
+            self._pipeline.put(Item("annotations", batch, len(batch), None, time.time()))
+
+    def _log_records(
+        self,
+        stream: str,
+        records: Iterable[Any],
+        step: int | None,
+        kind: str | None,
+        subset: str | None,
+    ) -> None:
         if self._finishing:
             raise RunFinishedError(f"run {self._id} is finished; log_{stream}() was called after")
         if isinstance(records, (Mapping, str, bytes)) or not isinstance(records, Iterable):
@@ -197,7 +291,13 @@ class Run:
             )
         if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
             raise TypeError(f"step must be an int, got {type(step).__name__}")
+        for name, value in (("kind", kind), ("subset", subset)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise TypeError(f"{name} must be a non-empty string, got {value!r}")
         batch = list(records)
+        if kind is not None or subset is not None:
+            defaults = {k: v for k, v in (("kind", kind), ("subset", subset)) if v is not None}
+            batch = [WithDefaults(record, defaults) for record in batch]
         if batch and self._pipeline is not None:
             fallback = step if step is not None else (self._step if self._step >= 0 else None)
             self._pipeline.put(Item(stream, batch, len(batch), fallback, 0.0))
@@ -209,14 +309,6 @@ class Run:
         if not isinstance(values, Mapping):
             raise TypeError(f"values must be a mapping, got {type(values).__name__}")
         self.summary.update(clean_finite(values))
-
-    def _next_step(self, step: int | None) -> int:
-        if step is None:
-            step = self._step + 1
-        elif not isinstance(step, int) or isinstance(step, bool):
-            raise TypeError(f"step must be an int, got {type(step).__name__}")
-        self._step = step
-        return step
 
     # -- flushing and finishing ---------------------------------------------------------------
 
@@ -259,6 +351,8 @@ class Run:
             self._finishing = True
             self._status = status
             self._error = error
+            if status is RunStatus.FAILED and error and self._fatal is None:
+                self._fatal = error
             self._teardown(self._settings.finish_timeout if timeout is None else timeout)
         self._raise_deferred()
 
@@ -266,8 +360,22 @@ class Run:
         """finish() with status failed and `error` ("<Type>: <message>" for an exception)."""
         self.finish(status=RunStatus.FAILED, error=_describe(error), timeout=timeout)
 
+    def _reported_error(self) -> str | None:
+        """The first fatal error a process attached to this run reported (for a launcher that
+        chooses the run's failure message); None when none did or it cannot be read."""
+        try:
+            return self._backend.reported_error()
+        except Exception as exc:
+            logger.warning("openruns: reading the errors reported to run %s: %s", self._id, exc)
+            return None
+
+    def _fill(self, fields: Mapping[str, Any]) -> None:
+        """Set `fields` (metadata, a fatal error) on the run where it has none yet."""
+        self._contain("filling in the run's metadata", lambda: self._backend.fill(dict(fields)))
+
     def _teardown(self, timeout: float) -> None:
-        owner = self.owns_lifecycle
+        finalizes = self._sets(self._status)
+        ownership = self.ownership
         drained = True
         if self._pipeline is not None:
             drained = self._pipeline.close(timeout)
@@ -278,7 +386,9 @@ class Run:
                     getattr(sink, "writer_id", None), self._pipeline.stats, self.dropped_records
                 ),
             )
-        if owner:
+        if finalizes:
+            if self._default_name is not None:
+                self._fill({"name": self._default_name})
             losses = {
                 "dropped_records": self.dropped_records,
                 "failed_records": self.failed_records,
@@ -287,6 +397,17 @@ class Run:
                 "finalizing the run",
                 lambda: self._backend.finalize(self._status, self._error, self.summary, losses),
             )
+        else:
+            if self._fatal is not None:
+                self._fill({"error": f"{self._fatal} ({component_name()})"})
+            if ownership is Ownership.COMPLETES:
+                logger.warning(
+                    "openruns: run %s is %s here; that status is left to the launcher or "
+                    "scheduler that created the run (this process attached with id=)",
+                    self._id,
+                    self._status.value,
+                )
+        if ownership is Ownership.OWNER:
             unexport_run(self._id)
         self._contain("closing the connection", self._backend.close)
         exits.closed(self)
@@ -302,11 +423,16 @@ class Run:
                 "" if drained else " (uploads had not drained by the deadline)",
             )
 
-    def _finish_quietly(self, status: RunStatus, error: str, timeout: float | None) -> None:
-        """finish() for the exit hooks: never raises; the drain budget is the smaller one."""
+    def _finish_quietly(
+        self, status: RunStatus, error: str, timeout: float | None, fatal: str | None = None
+    ) -> None:
+        """finish() for the exit hooks: never raises; the drain budget is the smaller one.
+        `fatal`: the uncaught exception that ends the process, reported to the run's owner."""
         budget = self._settings.finish_timeout
         if timeout is not None:
             budget = min(budget, timeout)
+        if fatal is not None and self._fatal is None:
+            self._fatal = fatal
         try:
             self.finish(status=status, error=error, timeout=budget)
         except Exception:
@@ -349,9 +475,9 @@ class Run:
         return False
 
     def _after_fork_in_child(self) -> None:
-        # The child joins the run but never owns its lifecycle; the pipeline resets itself.
+        # The child joins the run but never sets its status (its pid is not the finalizer's);
+        # the pipeline resets itself.
         self._finish_lock = threading.RLock()
-        self._attached = True
 
     def __repr__(self) -> str:
         return f"<openruns.Run id={self._id!r} kind={self._kind} status={self._status.value}>"

@@ -4,7 +4,8 @@ The on-disk run format: offline runs, upload spools and `openruns sync` all use 
     <run dir>/
       run.json                               run metadata and status (written by the owner only)
       writers/<writer>.json                  one per writing process: pid, counts, losses
-      <stream>/<writer>-<seq>.ndjson.zst     sealed segment (stream: metrics, episodes, traces)
+      <stream>/<writer>-<seq>.ndjson.zst     sealed segment (stream: metrics, episodes, traces,
+                                             annotations)
       <stream>/<writer>-<seq>.ndjson.zst.open  the segment a live writer is appending to
       <stream>/<writer>.index.ndjson         episodes/traces: one index row per record
 
@@ -33,6 +34,7 @@ import zstandard
 
 __all__ = [
     "SEALED_SUFFIX",
+    "ROW_STREAMS",
     "STREAMS",
     "Frame",
     "SegmentWriter",
@@ -46,10 +48,13 @@ __all__ = [
     "read_json",
     "read_record",
     "segment_paths",
+    "upload_target",
     "write_json_atomic",
 ]
 
-STREAMS = ("metrics", "episodes", "traces")
+STREAMS = ("metrics", "episodes", "traces", "annotations")
+# Streams sent on the metrics lane (small rows that must not wait behind episodes).
+ROW_STREAMS = ("metrics", "annotations")
 SEALED_SUFFIX = ".ndjson.zst"
 OPEN_SUFFIX = SEALED_SUFFIX + ".open"
 # A segment is sealed once it holds this many compressed bytes; big enough that a long run has
@@ -59,6 +64,13 @@ SEGMENT_ROLL_BYTES = 64 * 1024 * 1024
 
 def new_writer_id() -> str:
     return f"{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def upload_target(run_id: str, stream: str) -> tuple[str, dict[str, str]]:
+    """Where a batch of `stream` is POSTed (under /api/v1), and the headers that say what it is."""
+    if stream in ROW_STREAMS:
+        return f"/runs/{run_id}/{stream}", {}
+    return f"/runs/{run_id}/episodes", {"X-Openruns-Stream": stream}
 
 
 def batch_key(data: bytes) -> str:

@@ -1,6 +1,7 @@
 """
-Settings, resolved once at init(): argument, then `OPENRUNS_*` environment, then config file,
-then default.
+Settings, resolved once at init(): argument, then `OPENRUNS_*` environment, then the prime-runs
+variables (`PRIME_API_KEY`, `PRIME_API_BASE_URL` / `PRIME_BASE_URL`, `PRIME_TEAM_ID`,
+`PRIME_RUNS_MODE`), then config file, then default.
 
 The config file is TOML: `$OPENRUNS_CONFIG_FILE`, else `$XDG_CONFIG_HOME/openruns/config.toml`
 (`~/.config/openruns/config.toml`). Its keys are the field names below.
@@ -18,7 +19,31 @@ from urllib.parse import urlsplit
 
 from .errors import ConfigurationError
 
-__all__ = ["DEFAULT_DIR", "Mode", "OnError", "Settings", "config_file_path"]
+__all__ = [
+    "DEFAULT_DIR",
+    "MODE_ENV",
+    "TRACES_OPT_OUT_ENV",
+    "Mode",
+    "OnError",
+    "Settings",
+    "config_file_path",
+    "traces_opt_out",
+]
+
+# prime-runs' names for the variables its code reads: the run mode, and the opt-out of Prime
+# Traces (which openruns accepts and validates; episodes always go to the openruns server).
+MODE_ENV = "PRIME_RUNS_MODE"
+TRACES_OPT_OUT_ENV = "PRIME_TRACES_OPT_OUT"
+
+# Fallbacks after OPENRUNS_<NAME>, so code and jobs set up for prime-runs keep working.
+_PRIME_ENV = {
+    "api_key": ("PRIME_API_KEY",),
+    "base_url": ("PRIME_API_BASE_URL", "PRIME_BASE_URL"),
+    "team_id": ("PRIME_TEAM_ID",),
+    "mode": (MODE_ENV,),
+}
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 Mode = Literal["online", "offline", "disabled"]
 OnError = Literal["warn", "raise"]
@@ -32,7 +57,8 @@ DEFAULT_DIR = "openruns-runs"
 @dataclass(frozen=True)
 class Settings:
     """
-    Every setting openruns reads. Each field has the environment variable `OPENRUNS_<NAME>`.
+    Every setting openruns reads. Each field has the environment variable `OPENRUNS_<NAME>`;
+    api_key, base_url, team_id and mode also read their prime-runs variable after it.
 
     - `mode`: online | offline | disabled. Default: online when `base_url` is set, else offline.
     - `base_url`: the openruns server, e.g. http://127.0.0.1:8765.
@@ -79,6 +105,9 @@ class Settings:
         for f in fields(cls):
             given = arguments.get(f.name)
             env_value = env.get(f"OPENRUNS_{f.name.upper()}")
+            if env_value in (None, ""):
+                prime = (env[n] for n in _PRIME_ENV.get(f.name, ()) if env.get(n))
+                env_value = next(prime, None)
             if given is not None:
                 values[f.name] = given
             elif env_value not in (None, ""):
@@ -156,3 +185,24 @@ def _validated(values: dict[str, Any]) -> dict[str, Any]:
     if "dir" in values:
         values["dir"] = os.fspath(values["dir"])
     return values
+
+
+def traces_opt_out(argument: bool | None, environ: Mapping[str, str] | None = None) -> bool:
+    """
+    prime-runs' opt-out of Prime Traces: the argument, else `PRIME_TRACES_OPT_OUT`
+    (1/true/yes/on or 0/false/no/off; blank is unset), else False. A value that is neither
+    raises ConfigurationError, as prime-runs does, before anything is created.
+    """
+    if argument is not None:
+        if not isinstance(argument, bool):
+            raise ConfigurationError(f"traces_opt_out must be True or False, got {argument!r}")
+        return argument
+    env = os.environ if environ is None else environ
+    value = (env.get(TRACES_OPT_OUT_ENV) or "").strip().lower()
+    if not value:
+        return False
+    if value in _TRUE or value in _FALSE:
+        return value in _TRUE
+    raise ConfigurationError(
+        f"{TRACES_OPT_OUT_ENV}={env[TRACES_OPT_OUT_ENV]!r} is not one of true or false"
+    )

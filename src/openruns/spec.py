@@ -14,8 +14,11 @@ import orjson
 from .errors import ConfigurationError
 
 __all__ = [
+    "FILLABLE",
+    "CONFIG_SOURCE_KEY",
     "MAX_CONFIG_SOURCE_BYTES",
     "ConfigSource",
+    "EnvironmentRef",
     "RunKind",
     "RunStatus",
     "TrainingSpec",
@@ -23,9 +26,25 @@ __all__ = [
 
 RunKind = Literal["eval", "train"]
 
+# The run metadata a process attached to a run may fill in where the run's owner set none.
+FILLABLE = (
+    "name",
+    "model",
+    "environments",
+    "framework",
+    "description",
+    "tags",
+    "config",
+    "training",
+)
+
 # A config is the file a job was launched with, shown on the run page; 256 KiB is far beyond a
 # real launch config and keeps run metadata a small row.
 MAX_CONFIG_SOURCE_BYTES = 256 * 1024
+# Where a config file sits inside a prime-runs config mapping: `{"config_source": {"format",
+# "text", "filename"}}`. openruns stores the file itself as the run's config, so such a mapping
+# is read as that file (ConfigSource.coerce), on the SDK and on the server's Prime wire alike.
+CONFIG_SOURCE_KEY = "config_source"
 
 _FORMAT_BY_SUFFIX = {".toml": "toml", ".json": "json", ".yaml": "yaml", ".yml": "yaml"}
 _FORMATS = ("toml", "json", "yaml", "text")
@@ -125,6 +144,13 @@ class ConfigSource:
         if isinstance(value, (str, os.PathLike)):
             return cls.from_file(value)
         if isinstance(value, Mapping):
+            source = value.get(CONFIG_SOURCE_KEY)
+            if len(value) == 1 and isinstance(source, Mapping) and "text" in source:
+                return cls(
+                    text=source["text"],
+                    format=source.get("format") or "toml",
+                    filename=source.get("filename"),
+                )
             return cls.from_mapping(value)
         raise ConfigurationError(
             f"config must be a path, a ConfigSource or a mapping, got {type(value).__name__}"
@@ -135,3 +161,47 @@ class ConfigSource:
         if self.filename is not None:
             out["filename"] = self.filename
         return out
+
+
+@dataclass(frozen=True)
+class EnvironmentRef:
+    """
+    An environment a run used, as prime-runs names it: `name` (resolved by the hub's
+    get-or-create), `slug` (`owner/name`), or `id` (used as given), with an optional
+    `version_id`. `EnvironmentRef.coerce("owner/x")` is a slug, `coerce("x")` a name.
+    """
+
+    name: str | None = None
+    id: str | None = None
+    version_id: str | None = None
+    slug: str | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.name or self.slug or self.id):
+            raise ValueError("EnvironmentRef needs a name, slug or id")
+        if self.slug is not None:
+            owner, _, name = self.slug.partition("/")
+            if not owner or not name:
+                raise ValueError(f"EnvironmentRef slug must be owner/name, got {self.slug!r}")
+
+    @classmethod
+    def coerce(cls, value: Any) -> EnvironmentRef:
+        """A str (`owner/name` is a slug, anything else a name), a mapping, or a ref."""
+        if isinstance(value, EnvironmentRef):
+            return value
+        if isinstance(value, str):
+            return cls(slug=value) if "/" in value else cls(name=value)
+        if isinstance(value, Mapping):
+            return cls(
+                name=value.get("name"),
+                id=value.get("id"),
+                version_id=value.get("version_id"),
+                slug=value.get("slug"),
+            )
+        raise TypeError(
+            f"an environment must be a str, a mapping or an EnvironmentRef, "
+            f"got {type(value).__name__}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}

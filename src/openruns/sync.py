@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from .errors import APIError, BadRequestError, ConflictError, NotFoundError
-from .rundir import STREAMS, Frame, iter_frames, read_json, segment_paths
+from .rundir import STREAMS, Frame, iter_frames, read_json, segment_paths, upload_target
 from .settings import DEFAULT_DIR, Settings
 from .spec import RunStatus
 from .upload.http import ApiClient, retrying
@@ -142,7 +142,7 @@ def _ensure_run(client: ApiClient, run_id: str, meta: dict[str, Any]) -> None:
         return
     except NotFoundError:
         pass
-    keys = ("kind", "name", "model", "environments", "framework", "description", "tags")
+    keys = ("kind", "name", "model", "environments", "framework", "description", "tags", "group")
     body = {k: meta[k] for k in (*keys, "config", "training", "team_id") if meta.get(k) is not None}
     body.setdefault("kind", "eval")
     body["id"] = run_id
@@ -184,10 +184,8 @@ def _upload(
         "Content-Type": "application/x-ndjson",
         "Content-Encoding": "zstd",
     }
-    path = f"/runs/{result.run_id}/metrics"
-    if stream != "metrics":
-        path = f"/runs/{result.run_id}/episodes"
-        headers["X-Openruns-Stream"] = stream
+    path, extra = upload_target(result.run_id, stream)
+    headers.update(extra)
     records = frame.data.count(b"\n")
     try:
         retrying(

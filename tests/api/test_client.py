@@ -52,15 +52,15 @@ def test_metrics_rows_and_frames(server, client, monkeypatch):
     rid = server[1][-1]["id"]
     rows = client.metrics(rid)
     assert rows[:2] == [
-        {"step": 0, "key": "acc", "value": 0.0},
-        {"step": 10, "key": "acc", "value": 0.1},
+        {"step": 0, "key": "acc", "value": 0.0, "ts": None},
+        {"step": 10, "key": "acc", "value": 0.1, "ts": None},
     ]
     assert len(rows) == 110
     assert [r["step"] for r in client.metrics(rid, keys="loss")] == list(range(100))
     downsampled = client.metrics(rid, keys=["loss"], max_points=10)
     assert len(downsampled) <= 10 and downsampled[-1]["step"] == 99
     frame = client.metrics_frame(rid, keys=["loss", "acc"])
-    assert list(frame.columns) == ["step", "key", "value"] and len(frame) == 110
+    assert list(frame.columns) == ["step", "key", "value", "ts"] and len(frame) == 110
     wide = frame.pivot(index="step", columns="key", values="value")
     assert wide.loc[10, "acc"] == 0.1 and wide.loc[10, "loss"] == 1 / 11
     monkeypatch.setitem(sys.modules, "polars", None)  # as if polars were not installed

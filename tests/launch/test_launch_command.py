@@ -97,8 +97,16 @@ def test_components_attach_and_all_exiting_zero_completes(tmp_path):
     assert trainer[0]["id"] == orchestrator[0]["id"] == doc["id"]
     # The shared [monitors] block filled each component's; the orchestrator added its own field.
     both = ["all", "effective"]
-    assert trainer[0]["monitors"]["file"] == {"chunk_bytes": 1000000, "subsets": both}
-    assert orchestrator[0]["monitors"]["file"] == {"chunk_bytes": 1000000, "subsets": ["all"]}
+    assert trainer[0]["monitors"]["file"] == {
+        "chunk_bytes": 1000000,
+        "subsets": both,
+        "float_decimals": 4,
+    }
+    assert orchestrator[0]["monitors"]["file"] == {
+        "chunk_bytes": 1000000,
+        "subsets": ["all"],
+        "float_decimals": 4,
+    }
     keys = sorted(k for row in iter_stream(run_dir, "metrics") for k in row["values"])
     assert keys == ["orchestrator/x", "trainer/x"]
     # The daemon was not waited for: it was stopped once the others were done.
@@ -226,3 +234,37 @@ def test_a_component_that_cannot_start_fails_the_run(tmp_path):
     _, doc = the_run(tmp_path / "runs")
     assert doc["status"] == "failed"
     assert doc["error"].startswith("RuntimeError: Trainer could not be started")
+
+
+def test_a_components_exception_is_the_runs_error(tmp_path):
+    others = script(tmp_path, "other.py", TEARDOWN)
+    trainer = script(
+        tmp_path,
+        "trainer.py",
+        """
+        import openruns
+        run = openruns.init(kind="train", name="named-by-the-trainer")
+        raise RuntimeError("boom")
+        """,
+    )
+    job = _job(
+        tmp_path,
+        f"""
+        [[component]]
+        name = "orchestrator"
+        command = ["{sys.executable}", "{others}", "{tmp_path}", "orchestrator"]
+
+        [[component]]
+        name = "trainer"
+        command = ["{sys.executable}", "{trainer}"]
+        """,
+    )
+    proc = openruns_cli("launch", str(job), cwd=tmp_path)
+    assert proc.returncode == 1
+    _, doc = the_run(tmp_path / "runs")
+    # [run] name = "job" was set by the launch: the trainer's name does not replace it.
+    assert (doc["status"], doc["error"], doc["name"]) == (
+        "failed",
+        "RuntimeError: boom (trainer)",
+        "job",
+    )

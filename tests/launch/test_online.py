@@ -56,3 +56,50 @@ def test_online_run_children_attach_with_the_run_token(tmp_path, auth_server):
         assert doc["error"] == "RuntimeError: The job step exited with code 3"
         episodes = api.get(f"/runs/{seen['id']}/episodes").raise_for_status().json()
         assert [e["id"] for e in episodes["items"]] == ["e1"]
+
+
+NAMING_CHILD = """
+import openruns
+run = openruns.init(name="named-by-the-trainer", tags=["rl"], config={"lr": 0.5})
+raise RuntimeError("boom")
+"""
+
+
+def test_online_a_child_names_the_run_and_its_exception_is_the_error(tmp_path, auth_server):
+    url, key = auth_server
+    child = script(tmp_path, "trainer.py", NAMING_CHILD)
+    proc = openruns_cli(
+        "run", "--mode", "online", "--", sys.executable, child,
+        cwd=tmp_path,
+        env={"OPENRUNS_BASE_URL": url, "OPENRUNS_API_KEY": key, "OPENRUNS_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    with httpx.Client(base_url=url + "/api/v1", headers={"Authorization": f"Bearer {key}"}) as api:
+        doc = api.get("/runs").raise_for_status().json()["items"][0]
+    assert (doc["name"], doc["tags"], json.loads(doc["config"]["text"])) == (
+        "named-by-the-trainer",
+        ["rl"],
+        {"lr": 0.5},
+    )
+    assert (doc["status"], doc["error"]) == ("failed", "RuntimeError: boom (trainer.py)")
+
+
+def test_without_a_key_the_launch_fails_before_anything_starts(tmp_path, auth_server):
+    url, _ = auth_server
+    marker = tmp_path / "started"
+    for command in ("run", "launch"):
+        if command == "run":
+            args = ["run", "--mode", "online", "--", "touch", str(marker)]
+        else:
+            job = tmp_path / "job.toml"
+            job.write_text(
+                f'[run]\nmode = "online"\n[[component]]\nname = "t"\n'
+                f'command = ["touch", "{marker}"]\n'
+            )
+            args = ["launch", str(job)]
+        proc = openruns_cli(
+            *args, cwd=tmp_path, env={"OPENRUNS_BASE_URL": url, "OPENRUNS_DIR": str(tmp_path)}
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "openruns keys create" in proc.stderr and "OPENRUNS_API_KEY" in proc.stderr
+        assert not marker.exists()

@@ -175,3 +175,56 @@ def test_sighup_fails_the_run(tmp_path):
     assert owner.returncode == 129
     _, doc = the_run(tmp_path / "runs")
     assert (doc["status"], doc["error"]) == ("failed", "RuntimeError: terminated by SIGHUP")
+
+
+NAMING_CHILD = """
+import openruns
+run = openruns.init(kind="eval", name="named-by-the-trainer", tags=["rl", "qwen"],
+                    config={"lr": 1e-6}, model="ignored: the owner set one")
+run.log_metrics({"loss": 0.5}, step=0)
+raise RuntimeError("boom")
+"""
+
+
+def test_a_child_fills_in_the_run_and_its_exception_is_the_runs_error(tmp_path):
+    child = script(tmp_path, "trainer.py", NAMING_CHILD)
+    proc = _run(tmp_path, sys.executable, child, options=("--model", "Qwen/Qwen3-8B"))
+    assert proc.returncode == 1
+    _, doc = the_run(tmp_path / "runs")
+    assert (doc["name"], doc["tags"], doc["model"]) == (
+        "named-by-the-trainer",
+        ["rl", "qwen"],
+        "Qwen/Qwen3-8B",
+    )
+    assert doc["config"]["format"] == "json" and json.loads(doc["config"]["text"]) == {"lr": 1e-6}
+    assert (doc["status"], doc["error"]) == ("failed", "RuntimeError: boom (trainer.py)")
+
+
+def test_a_run_nobody_named_is_named_when_it_closes(tmp_path):
+    proc = _run(tmp_path, "true", options=("--model", "Qwen/Qwen3-8B"))
+    assert proc.returncode == 0, proc.stderr
+    _, doc = the_run(tmp_path / "runs")
+    assert doc["name"].startswith("Qwen3-8B-")
+
+
+def test_under_slurm_the_messages_name_slurm(tmp_path):
+    slurm = {"SLURM_JOB_ID": "4242"}
+    proc = openruns_cli(
+        "run", "--mode", "offline", "--dir", "runs", "--", "sh", "-c", "exit 3",
+        cwd=tmp_path, env=slurm,
+    )  # fmt: skip
+    assert proc.returncode == 3
+    _, doc = the_run(tmp_path / "runs")
+    assert doc["error"] == "RuntimeError: The SLURM job step exited with code 3"
+
+    child = script(tmp_path, "child.py", TEARDOWN_CHILD)
+    owner = spawn_cli(
+        "run", "--mode", "offline", "--dir", "cancelled", "--", sys.executable, child,
+        str(tmp_path), cwd=tmp_path, env=slurm,
+    )  # fmt: skip
+    wait_for(tmp_path / "ready")
+    owner.send_signal(signal.SIGTERM)  # scancel, or the time limit
+    owner.communicate(timeout=30)
+    assert owner.returncode == 143
+    _, doc = the_run(tmp_path / "cancelled")
+    assert (doc["status"], doc["error"]) == ("failed", "RuntimeError: SLURM terminated the job")

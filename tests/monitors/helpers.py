@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import random
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from openruns.monitors import Monitor
 
 
 def episode(i: int, size: int = 2_000, step: int = 0) -> dict[str, Any]:
@@ -23,3 +27,22 @@ def episode(i: int, size: int = 2_000, step: int = 0) -> dict[str, Any]:
             }
         ],
     }
+
+
+@dataclass(frozen=True)
+class EchoConfig:
+    """A monitor added by one registration (test_config.py)."""
+
+    prefix: str = "echo"
+
+
+class EchoMonitor(Monitor):
+    name = "echo"
+    seen: ClassVar[list[Any]] = []
+
+    def __init__(self, config: EchoConfig, *, producer: str, output_dir: Path):
+        self.config = config
+        self.producer = producer
+
+    def log_metrics(self, values: dict[str, float | int], step: int | None) -> None:
+        self.seen.append((self.config.prefix, self.producer, step, values))

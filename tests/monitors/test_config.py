@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from openruns import ConfigurationError
@@ -87,3 +89,30 @@ def test_from_env(monkeypatch):
     monkeypatch.setenv(MONITORS_ENV, "{not json")
     with pytest.raises(ConfigurationError, match="not JSON"):
         MonitorsConfig.from_env()
+
+
+def test_a_monitor_is_added_by_one_registration(monkeypatch, tmp_path):
+    from openruns.monitors import Monitors
+    from openruns.monitors.config import MONITOR_TYPES, MonitorType
+
+    from .helpers import EchoConfig, EchoMonitor
+
+    monkeypatch.setitem(
+        MONITOR_TYPES, "echo", MonitorType(EchoConfig, "tests.monitors.helpers", "EchoMonitor")
+    )
+    config = MonitorsConfig.from_mapping({"echo": {"prefix": "p"}, "file": False})
+    assert config.echo == EchoConfig(prefix="p") and config.to_mapping()["echo"] == {"prefix": "p"}
+    merged = _merge({"echo": {"prefix": "p"}}, {"echo": {}})
+    assert merged.echo == EchoConfig(prefix="p")
+
+    async def main():
+        monitors = Monitors.from_config(config, producer="trainer", output_dir=tmp_path)
+        await monitors.log({"x": 1.0}, step=2)
+        await monitors.finalize()
+        return monitors
+
+    EchoMonitor.seen.clear()
+    assert asyncio.run(main()).names == ["echo"]
+    assert EchoMonitor.seen == [("p", "trainer", 2, {"x": 1.0})]
+    with pytest.raises(ConfigurationError, match="unknown monitors"):
+        MonitorsConfig(nope=True)

@@ -198,3 +198,63 @@ def test_two_live_writers_of_one_stream_are_refused(tmp_path, caplog):
     assert "being written by another live process" in second.stats["file"].errors[0]
     assert [r["id"] for r in FileMonitorReader(tmp_path).index()] == ["ep-0"]
     assert len(FileMonitorReader(tmp_path).metrics()) == 1
+
+
+class VerifiersLikeEpisode:
+    """An object with verifiers' to_record(float_decimals=): it rounds its own streams."""
+
+    def __init__(self, logprobs):
+        self.logprobs = logprobs
+        self.asked = None
+
+    def to_record(self, float_decimals=4):
+        self.asked = float_decimals
+        return {
+            "id": "obj",
+            "nodes": [{"logprobs": [round(x, float_decimals) for x in self.logprobs]}],
+        }
+
+
+def test_float_columns_are_rounded_and_annotations_kept_per_producer(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENRUNS_RUN_ID", "the-run")
+    logprobs = [-0.123456789, -1.000049, -2.5]
+    streamed = {
+        "id": "ep",
+        "reward": 0.123456789,  # a scalar: never rounded
+        "traces": [{"nodes": [{"token_ids": [1, 2, 3], "logprobs": logprobs}]}],
+    }
+    obj = VerifiersLikeEpisode(logprobs)
+
+    async def main(producer, decimals, annotations):
+        config = MonitorsConfig(file=FileMonitorConfig(float_decimals=decimals))
+        monitors = Monitors.from_config(config, producer=producer, output_dir=tmp_path / producer)
+        if producer == "orchestrator":
+            await monitors.log([streamed, obj], step=0)
+        await monitors.log_annotations(annotations)
+        await monitors.finalize()
+        return monitors
+
+    trainer_facts = [
+        {"episode_id": "ep", "step": 1, "branches": [{"index": 0, "entropies": [0.987654]}]}
+    ]
+    asyncio.run(main("orchestrator", 2, [{"episode_id": "ep", "info": {"effective": True}}]))
+    asyncio.run(main("trainer", None, trainer_facts))
+
+    reader = FileMonitorReader(tmp_path / "orchestrator")
+    first, second = list(reader.episodes())
+    assert first["traces"][0]["nodes"][0] == {
+        "token_ids": [1, 2, 3],
+        "logprobs": [-0.12, -1.0, -2.5],
+    }
+    assert first["reward"] == 0.123456789
+    assert obj.asked == 2 and second["nodes"][0]["logprobs"] == [-0.12, -1.0, -2.5]
+    assert streamed["traces"][0]["nodes"][0]["logprobs"] == logprobs  # the producer's: untouched
+    annotations = reader.annotations()
+    assert list(annotations) == ["orchestrator"]
+    assert annotations["orchestrator"][0]["info"] == {"effective": True}
+    kept = FileMonitorReader(tmp_path / "trainer").annotations()["trainer"]
+    assert kept[0]["branches"] == [{"index": 0, "entropies": [0.987654]}]  # None: every digit
+    index = (tmp_path / "trainer/monitors/file/annotations/trainer.index.jsonl").read_text()
+    assert orjson.loads(index.splitlines()[0])["episode_id"] == "ep"
+    link = orjson.loads((tmp_path / "trainer" / "monitors" / "file" / "run.json").read_bytes())
+    assert link["id"] == "the-run" and link["url"].endswith("/trainer/monitors/file")

@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from openruns.monitors import Monitors, MonitorsConfig, OpenrunsMonitorConfig
+from openruns.monitors import Monitors, MonitorsConfig, OpenrunsMonitorConfig, run_links
 from openruns.rundir import iter_stream, read_json
 
 from .helpers import episode
@@ -25,23 +25,27 @@ def _the_run(runs: Path):
 
 def test_on_its_own_it_creates_the_run_forwards_the_trained_cohort_and_completes(tmp_path, caplog):
     config = MonitorsConfig(
-        openruns=OpenrunsMonitorConfig(name="rl", model="m", mode="offline", dir=str(tmp_path))
+        openruns=OpenrunsMonitorConfig(
+            name="rl", model="m", mode="offline", dir=str(tmp_path / "runs")
+        )
     )
 
     async def main():
-        monitors = Monitors.from_config(config, producer="orchestrator")
+        monitors = Monitors.from_config(config, producer="orchestrator", output_dir=tmp_path)
         await monitors.log({"loss": 0.5, "bad": float("nan")}, step=3)
-        await monitors.log({"lag/p99": 0.01}, step=None)  # joins the last step logged
+        await monitors.log({"lag/p99": 0.01}, step=None)  # keyed by its time, not a step
+        await monitors.log({"reward": 0.9}, step=3, kind="eval")  # apart from train metrics
         await monitors.log([episode(0)], step=3, kind="train", subset="all")
         await monitors.log([episode(1)], step=3, kind="train", subset="effective")
         await monitors.log([episode(2)], step=3, kind="eval", subset="effective")
+        await monitors.log_annotations([{"episode_id": "ep-1", "step": 4}])
         await monitors.finalize()
         return monitors
 
     with caplog.at_level(logging.WARNING, logger="openruns.monitors"):
         monitors = asyncio.run(main())
     assert monitors.stats["openruns"].errors == []
-    run_dir, doc = _the_run(tmp_path)
+    run_dir, doc = _the_run(tmp_path / "runs")
     assert (doc["status"], doc["name"], doc["kind"], doc["model"]) == (
         "completed",
         "rl",
@@ -50,10 +54,17 @@ def test_on_its_own_it_creates_the_run_forwards_the_trained_cohort_and_completes
     )
     assert [(r["step"], r["values"]) for r in iter_stream(run_dir, "metrics")] == [
         (3, {"loss": 0.5}),
-        (3, {"lag/p99": 0.01}),
+        (None, {"lag/p99": 0.01}),
+        (3, {"eval/reward": 0.9}),
     ]
-    assert [e["id"] for e in iter_stream(run_dir, "episodes")] == ["ep-1"]
+    stored = list(iter_stream(run_dir, "episodes"))
+    assert [(e["id"], e["kind"], e["subset"]) for e in stored] == [("ep-1", "train", "effective")]
+    assert [
+        (a["episode_id"], a["step"], a["producer"]) for a in iter_stream(run_dir, "annotations")
+    ] == [("ep-1", 4, "orchestrator")]
     assert any("bad (nan)" in r.getMessage() for r in caplog.records)
+    link = {"id": doc["id"], "url": run_dir.resolve().as_uri(), "kind": "train"}
+    assert run_links(tmp_path, config) == {"openruns": link}
 
 
 COMPONENT = """

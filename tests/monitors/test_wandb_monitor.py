@@ -24,6 +24,7 @@ async def main():
     monitors = Monitors.from_config(MonitorsConfig.from_env(), output_dir="out")
     for step in range(3):
         await monitors.log({"loss": 1.0 / (step + 1), "nested": {"x": step}}, step=step)
+        await monitors.log({"inference/queue": step, "lag": 0.01}, step=None)  # keyed by time
     await monitors.finalize()
     stats = monitors.stats.values()
     assert not any(s.errors or s.dropped or s.failed for s in stats), monitors.stats
@@ -70,3 +71,5 @@ def test_components_of_a_launch_log_to_one_wandb_run(tmp_path):
         (offline,) = base.glob("offline-run-*")
         assert offline.name.endswith(f"-{run_dir.name}")  # the W&B id is the openruns run id
         assert (offline / f"run-{run_dir.name}.wandb").stat().st_size > 0
+    link = read_json(tmp_path / "out" / "monitors" / "wandb" / "run.json")
+    assert link["id"] == run_dir.name  # the link record names the W&B run

@@ -68,7 +68,8 @@ class FaultProxy:
             await self._stopping.wait()
         await self._client.aclose()
 
-    def _draw(self) -> str | None:
+    def _draw(self, method: str = "", target: str = "") -> str | None:
+        """The fault for this request, or None (subclasses may choose by method and target)."""
         self.requests += 1
         if self._rng.random() >= self.rate:
             return None
@@ -83,7 +84,7 @@ class FaultProxy:
                 if request is None:
                     return
                 method, target, headers, body = request
-                fault = self._draw()
+                fault = self._draw(method, target)
                 if fault == "reset_before":
                     return
                 if fault == "502_before":

@@ -33,12 +33,17 @@ def only_run_dir(base: Path) -> Path:
 
 
 def python(
-    code: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
+    code: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    argv: list[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `code` in a fresh interpreter with the project's openruns importable."""
+    """Run `code` (with `argv` as sys.argv[1:]) in a fresh interpreter with the project's
+    openruns importable."""
     full_env = {**os.environ, "PYTHONPATH": SRC, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", textwrap.dedent(code), *(argv or [])],
         cwd=cwd,
         env=full_env,
         capture_output=True,

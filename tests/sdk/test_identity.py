@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 import openruns
 from openruns.identity import new_run_id
 from openruns.settings import DEFAULT_DIR
@@ -72,15 +74,22 @@ run.fail("child says failed")  # attached: only flushes
     assert episode["run"] == {"id": run.id, "type": "train"}
 
 
-def test_explicit_id_attaches(tmp_path):
-    owner = openruns.init(mode="offline", dir=tmp_path)
-    other = openruns.init(id=owner.id, mode="offline", dir=tmp_path)
-    assert other.attached and other.id == owner.id
-    other.log_metrics({"a": 1}, step=0)
-    other.finish(status="failed", error="ignored")
-    assert run_json(owner.dir)["status"] == "running"
-    owner.finish()
-    assert records(owner.dir, "metrics")[0]["values"] == {"a": 1}
+def test_explicit_id_of_the_exported_run_attaches(tmp_path):
+    run = openruns.init(kind="train", mode="offline", dir=tmp_path)
+    child = python(
+        """
+import os, openruns
+r = openruns.init(kind="train", id=os.environ["RUN_ID"], mode="offline")
+print(r.id, r.attached)
+r.log_metrics({"a": 1}, step=0)
+r.finish()  # the id came from the environment: only a flush
+""",
+        tmp_path,
+    )
+    assert child.stdout.split() == [run.id, "True"], child.stderr
+    assert run_json(run.dir)["status"] == "running"
+    run.finish()
+    assert records(run.dir, "metrics")[0]["values"] == {"a": 1}
 
 
 def test_nonzero_rank_attaches_to_the_exported_run(tmp_path):
@@ -92,6 +101,29 @@ def test_nonzero_rank_attaches_to_the_exported_run(tmp_path):
     )
     assert child.stdout.split() == [run.id, "True"], child.stderr
     run.finish()
+
+
+@pytest.mark.parametrize("rank", ["RANK", "LOCAL_RANK", "DP_RANK"])
+def test_every_rank_variable_attaches(tmp_path, rank):
+    run = openruns.init(mode="offline", dir=tmp_path)
+    child = python(
+        """
+import os, openruns
+inherited = openruns.init(mode="offline")
+explicit = openruns.init(id=os.environ["OPENRUNS_RUN_ID"], mode="offline")
+print(inherited.attached, explicit.attached, explicit.id == inherited.id)
+explicit.log_metrics({"rank_1": 1}, step=0)
+explicit.finish()      # a non-zero rank never sets the status, even with id=
+inherited.fail("no")   # nor without
+""",
+        tmp_path,
+        env={rank: "1"},
+    )
+    assert child.stdout.split() == ["True", "True", "True"], child.stderr
+    assert run_json(run.dir)["status"] == "running"
+    run.finish()
+    assert run_json(run.dir)["status"] == "completed"
+    assert records(run.dir, "metrics")[0]["values"] == {"rank_1": 1}
 
 
 def test_nonzero_rank_without_a_run_never_creates_one(tmp_path):

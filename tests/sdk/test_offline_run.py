@@ -7,6 +7,7 @@ import logging
 import shutil
 import subprocess
 import threading
+import time
 
 import orjson
 import pytest
@@ -114,9 +115,12 @@ def test_repeated_and_out_of_order_steps_are_kept(tmp_path):
     run = openruns.init(mode="offline", dir=tmp_path)
     for step in (5, 3, 3, 9):
         run.log_metrics({"x": step}, step=step)
-    run.log_metrics({"x": 10})  # no step: one past the last step logged
+    before = time.time()
+    run.log_metrics({"lag": 0.01})  # no step: a row keyed by its time, not step 10
     run.finish()
-    assert [m["step"] for m in records(run.dir, "metrics")] == [5, 3, 3, 9, 10]
+    rows = records(run.dir, "metrics")
+    assert [m["step"] for m in rows] == [5, 3, 3, 9, None]
+    assert rows[-1]["ts"] >= before and rows[-1]["values"] == {"lag": 0.01}
 
 
 def test_unencodable_records_are_counted_not_fatal(tmp_path):

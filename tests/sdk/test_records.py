@@ -97,7 +97,21 @@ def test_index_fields_of_an_episode():
         "ok": False,
         "tokens": 12,
         "duration": 3.0,
+        "kind": None,
+        "subset": None,
     }
+
+
+def test_the_kind_and_subset_of_a_record():
+    def kind(record):
+        return index_fields(record, None)["kind"]
+
+    work = {"run": {"type": "train", "work": {"type": "eval", "step": 3}}}
+    assert kind(work) == "eval"  # in-training eval: run.type train, work.type eval
+    assert kind({"run": {"type": "train"}, "traces": [{"info": {"kind": "eval"}}]}) == "eval"
+    assert kind({"run": {"type": "train"}}) == "train"
+    assert kind({**work, "kind": "train"}) == "train"  # the producer's own word wins
+    assert index_fields({"subset": "effective"}, None)["subset"] == "effective"
 
 
 def test_index_fields_of_a_trace_and_fallbacks():

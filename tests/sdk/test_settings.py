@@ -101,3 +101,39 @@ def test_the_default_run_directory_cannot_shadow_the_package(tmp_path):
         check=True,
     )
     assert probe.stdout.strip() == "None"
+
+
+# -- the prime-runs variables, after OPENRUNS_* ---------------------------------------------
+
+
+def test_prime_variables_are_fallbacks_after_openruns_ones(tmp_path):
+    missing = tmp_path / "none.toml"
+    prime = {
+        "PRIME_API_KEY": "pk",
+        "PRIME_API_BASE_URL": "http://prime.example/api/v1/",
+        "PRIME_TEAM_ID": "team-9",
+        "PRIME_RUNS_MODE": "Disabled",
+    }
+    settings = Settings.resolve({}, prime, missing)
+    assert (settings.api_key, settings.base_url, settings.team_id, settings.mode) == (
+        "pk",
+        "http://prime.example",
+        "team-9",
+        "disabled",
+    )
+    ours = {
+        **prime,
+        "OPENRUNS_API_KEY": "ok",
+        "OPENRUNS_BASE_URL": "http://openruns.example",
+        "OPENRUNS_TEAM_ID": "t",
+        "OPENRUNS_MODE": "online",
+    }
+    settings = Settings.resolve({}, ours, missing)
+    assert (settings.api_key, settings.base_url, settings.team_id, settings.mode) == (
+        "ok",
+        "http://openruns.example",
+        "t",
+        "online",
+    )
+    assert Settings.resolve({}, {"PRIME_BASE_URL": "http://b"}, missing).base_url == "http://b"
+    assert Settings.resolve({"api_key": "arg"}, prime, missing).api_key == "arg"

@@ -71,7 +71,8 @@ def test_steps_sorting_filters_and_pages(client):
     by_step = all_pages(client, path, sort="step", limit=7)
     assert [r["step"] for r in by_step] == sorted(r["step"] for r in by_step)
     row = by_step[0]
-    assert set(row) == {"id", "stream", "step", "reward", "env", "ok", "tokens", "duration"}
+    assert set(row) == {"id", "stream", "step", "reward", "env", "ok", "tokens", "duration",
+                        "kind", "subset", "trained_step"}  # fmt: skip
     assert row["tokens"] == 10 + int(row["id"].rsplit("-", 1)[1])
 
 
@@ -125,6 +126,9 @@ def test_exports_stream_everything(client):
         "ok",
         "tokens",
         "duration",
+        "kind",
+        "subset",
+        "trained_step",
         "record",
     ]
     assert [orjson.loads(r) for r in table.column("record").to_pylist()] == records

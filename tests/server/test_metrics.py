@@ -18,11 +18,11 @@ def test_ingest_then_read_back_exactly(client, encoding):
     assert response.json() == {"status": "committed", "rows": 300, "receipt": batch_key(data)}
     keys = client.get(f"/runs/{rid}/metrics/keys").json()
     assert keys == [
-        {"key": "loss", "last_step": 299, "last_value": 1.0 / 300, "count": 300},
-        {"key": "step_time", "last_step": 299, "last_value": 2.0, "count": 300},
+        {"key": k, "axis": "step", "last_step": 299, "last_ts": None, "last_value": v, "count": 300}
+        for k, v in (("loss", 1.0 / 300), ("step_time", 2.0))
     ]
     series = client.get(f"/runs/{rid}/metrics", params={"max_points": 0}).json()
-    assert series["downsampled"] is False
+    assert series["downsampled"] is False and series["time"] == {}
     assert series["series"]["loss"]["step"] == list(range(300))
     assert series["series"]["loss"]["value"] == [1.0 / (s + 1) for s in range(300)]
     only = client.get(f"/runs/{rid}/metrics", params={"keys": "step_time,nope"}).json()
@@ -48,6 +48,55 @@ def test_merge_is_last_write_wins_and_a_replay_writes_nothing(client):
     upload(client, rid, "metrics", dup)
     last = client.get(f"/runs/{rid}/metrics/keys").json()[0]
     assert (last["last_step"], last["last_value"]) == (100, 3.0)
+
+
+def test_rows_without_a_step_are_kept_with_their_times(client):
+    rid = create_run(client)["id"]
+    upload(client, rid, "metrics", metric_rows(range(3), loss=1.0))
+    timed = b"".join(
+        b'{"step": null, "ts": %d.5, "values": {"inference/queue": %d, "loss": 9}}\n' % (t, t)
+        for t in (100, 105, 110)
+    )
+    assert upload(client, rid, "metrics", timed).json()["rows"] == 3
+    body = client.get(f"/runs/{rid}/metrics", params={"max_points": 0}).json()
+    # The step-keyed loss is untouched by the time-keyed rows of the same name.
+    assert body["series"]["loss"] == {"step": [0, 1, 2], "value": [1.0] * 3,
+                                      "min": [1.0] * 3, "max": [1.0] * 3}  # fmt: skip
+    assert "inference/queue" not in body["series"]
+    assert body["time"]["inference/queue"]["ts"] == [100.5, 105.5, 110.5]
+    assert body["time"]["inference/queue"]["value"] == [100.0, 105.0, 110.0]
+    assert body["time"]["loss"]["value"] == [9.0] * 3
+    window = client.get(f"/runs/{rid}/metrics", params={"ts_min": 104, "ts_max": 106}).json()
+    assert window["time"]["inference/queue"]["ts"] == [105.5]
+    keys = {(k["key"], k["axis"]): k for k in client.get(f"/runs/{rid}/metrics/keys").json()}
+    queue = keys[("inference/queue", "time")]
+    assert (queue["last_ts"], queue["last_value"], queue["count"]) == (110.5, 110.0, 3)
+    assert keys[("loss", "step")]["last_step"] == 2 and ("loss", "time") in keys
+    # A replay of the time-keyed batch changes nothing; a later row at the same ts replaces.
+    upload(client, rid, "metrics", timed)
+    upload(client, rid, "metrics", b'{"step": null, "ts": 105.5, "values": {"loss": 1}}\n')
+    again = client.get(f"/runs/{rid}/metrics", params={"keys": "loss"}).json()["time"]["loss"]
+    assert again["value"] == [9.0, 1.0, 9.0]
+    many = b"".join(
+        b'{"step": null, "ts": %d, "values": {"lag": %d}}\n' % (t, 50 if t == 777 else 1)
+        for t in range(1000)
+    )
+    upload(client, rid, "metrics", many)
+    lag = client.get(f"/runs/{rid}/metrics", params={"keys": "lag", "max_points": 10}).json()
+    assert lag["downsampled"] and len(lag["time"]["lag"]["ts"]) <= 10
+    assert max(lag["time"]["lag"]["max"]) == 50.0 and lag["time"]["lag"]["ts"][-1] == 999.0
+
+
+def test_eval_and_train_metrics_of_one_step_stay_apart(client):
+    rid = create_run(client)["id"]
+    rows = b'{"step": 5, "values": {"reward/mean": 0.2, "eval/gsm8k/reward/mean": 0.7}}\n'
+    upload(client, rid, "metrics", rows)
+    train = client.get(f"/runs/{rid}/metrics", params={"kind": "train"}).json()["series"]
+    evals = client.get(f"/runs/{rid}/metrics", params={"kind": "eval"}).json()["series"]
+    assert train == {"reward/mean": {"step": [5], "value": [0.2], "min": [0.2], "max": [0.2]}}
+    assert list(evals) == ["eval/gsm8k/reward/mean"] and evals["eval/gsm8k/reward/mean"][
+        "value"
+    ] == [0.7]
 
 
 def test_downsampled_read_keeps_spikes(client):
@@ -77,6 +126,7 @@ def test_downsampled_read_keeps_spikes(client):
         (b'{"step": 1, "values": {"a": "x"}}', "line 2: values['a'] must be a number"),
         (b'{"step": 1, "values": {"": 1}}', "line 2: metric names must have"),
         (b'{"step": 1, "ts": "now", "values": {}}', "line 2: ts must be a number"),
+        (b'{"step": null, "values": {"a": 1}}', "line 2: a row without a step is keyed by its"),
         (b'{"step": 1, "values": {"a": 1}', "line 2: invalid JSON"),
         (b"[1, 2]", "line 2: expected a JSON object, got an array"),
     ],

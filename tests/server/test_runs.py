@@ -134,6 +134,7 @@ def test_silent_runs_become_crashed(make_server):
         silent = create_run(http)["id"]
         beating = create_run(http)["id"]
         finished = create_run(http)["id"]
+        hosted = create_run(http, heartbeat=False)["id"]  # a scheduler's: no owner process
         http.post(f"/runs/{finished}/finish", json={"status": "completed"})
         deadline = time.monotonic() + 3.5
         while time.monotonic() < deadline:
@@ -145,6 +146,7 @@ def test_silent_runs_become_crashed(make_server):
         assert "stopped without closing it" in crashed["error"]
         assert http.get(f"/runs/{beating}").json()["status"] == "running"
         assert http.get(f"/runs/{finished}").json()["status"] == "completed"
+        assert http.get(f"/runs/{hosted}").json()["status"] == "running"
         # A heartbeat cannot revive a crashed run; its owner learns the status.
         assert http.post(f"/runs/{silent}/heartbeat").json() == {"status": "crashed"}
 

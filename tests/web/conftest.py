@@ -30,7 +30,9 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+# Where screenshot() saves: a temporary directory, unless OPENRUNS_SCREENSHOTS names one
+# (`make screenshots` sets it to docs/screenshots to refresh the README's pictures).
+SCREENSHOTS_ENV = "OPENRUNS_SCREENSHOTS"
 VIEWPORT = {"width": 1280, "height": 900}
 
 
@@ -100,11 +102,34 @@ def _request_failed(request, problems: list[str]) -> None:
 
 
 @pytest.fixture
-def screenshot():
-    """screenshot(page, "run") saves docs/screenshots/run.png (the README links them)."""
+def fresh_page(browser, server) -> Iterator:
+    """A page in a context of its own (its own local storage), for tests that change the
+    preferences a browser keeps; errors fail the test as with `page`."""
+    context = browser.new_context(viewport=VIEWPORT, base_url=server.url)
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page.on("console", lambda message: _console(message, problems))
+    page.on("requestfailed", lambda request: _request_failed(request, problems))
+    yield page
+    context.close()
+    assert not problems, "\n".join(problems)
+
+
+@pytest.fixture(scope="session")
+def screenshot_dir(tmp_path_factory) -> Path:
+    named = os.environ.get(SCREENSHOTS_ENV)
+    return Path(named) if named else tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture
+def screenshot(screenshot_dir):
+    """screenshot(page, "run") saves run.png in a temporary directory, or in
+    $OPENRUNS_SCREENSHOTS (`make screenshots`: docs/screenshots, which the README shows)."""
 
     def save(page, name: str, full_page: bool = False) -> None:
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page)
+        screenshot_dir.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(screenshot_dir / f"{name}.png"), full_page=full_page)
 
     return save

@@ -38,6 +38,56 @@ betas = [0.9, 0.999]
 """
 
 
+# Records of the other common shapes, logged into the eval run at step 0 (ids fixed).
+OPENAI_CHAT = {
+    "id": "openai-chat",
+    "reward": 0.5,
+    "messages": [
+        {"role": "system", "content": "You can look up the weather."},
+        {"role": "user", "content": "Is it raining in Lyon?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_w1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Lyon"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_w1", "content": "light rain, 12 C"},
+        {"role": "assistant", "content": "Yes: light rain and 12 degrees in Lyon."},
+    ],
+}
+PROMPT_LISTS = {
+    "id": "prompt-lists",
+    "reward": 1.0,
+    "answer": "9",
+    "prompt": [
+        {"role": "system", "content": "Answer with a number."},
+        {"role": "user", "content": "How many planets orbit the sun, plus one?"},
+    ],
+    "completion": [{"role": "assistant", "content": "There are 8 planets, so the answer is 9."}],
+    "info": {"source": "trl"},
+}
+PLAIN_STRINGS = {
+    "id": "plain-strings",
+    "reward": 0.0,
+    "prompt": "Translate 'chat' to English.",
+    "completion": "cat",
+    "answer": "cat (the animal)",
+}
+UNKNOWN_SHAPE = {
+    "id": "unknown-shape",
+    "reward": 0.25,
+    "observation": {"board": [[0, 1], [1, 0]], "legal_moves": ["a1", "b2"]},
+    "action": "b2",
+}
+SHAPES = (OPENAI_CHAT, PROMPT_LISTS, PLAIN_STRINGS, UNKNOWN_SHAPE)
+GROUP = "web-sweep"
+
+
 @dataclass
 class Seeded:
     train: str
@@ -46,6 +96,8 @@ class Seeded:
     # Per step of the train run: the rewards of its episodes, as logged.
     rewards: dict[int, list[float]]
     long_episode: str
+    # Per step of the train run: the episodes as logged (first user message, final answer).
+    episodes: dict[int, list[dict[str, Any]]]
 
 
 def _clear_run_env() -> None:
@@ -73,6 +125,7 @@ def seed(base_url: str, local: Path) -> Seeded:
     train = openruns.init(
         kind="train",
         name="web-train",
+        group=GROUP,
         model="Qwen/Qwen3-0.6B",
         environments=["math", "code"],
         config=config,
@@ -80,6 +133,7 @@ def seed(base_url: str, local: Path) -> Seeded:
         **common,
     )
     rewards: dict[int, list[float]] = {}
+    logged: dict[int, list[dict[str, Any]]] = {}
     long_episode = ""
     with train:
         for step in range(SPIKY_STEPS):
@@ -105,6 +159,7 @@ def seed(base_url: str, local: Path) -> Seeded:
                 long["ok"] = False
                 long["errors"] = [{"type": "TimeoutError", "message": "the sandbox timed out"}]
                 long_episode = long["id"]
+            logged[step] = episodes
             train.log_episodes(episodes, step=step)
         # Bare traces (the other stream), as a framework without episodes logs them.
         bare = [_episode(rng, 0, 0.5, "math")["traces"][0] for _ in range(BARE_TRACES)]
@@ -112,10 +167,13 @@ def seed(base_url: str, local: Path) -> Seeded:
         train.update_summary({"final": {"loss": 2.0 * math.exp(-3), "reward": 0.99}})
     _clear_run_env()
 
-    evaluation = openruns.init(kind="eval", name="web-eval", model="Qwen/Qwen3-8B", **common)
+    evaluation = openruns.init(
+        kind="eval", name="web-eval", model="Qwen/Qwen3-8B", group=GROUP, **common
+    )
     with evaluation:
         for step in range(TRAIN_STEPS):
             evaluation.log_metrics({"train/loss": 1.5 * math.exp(-step / 60)}, step=step)
+        evaluation.log_episodes([dict(shape) for shape in SHAPES], step=0)
         evaluation.update_summary({"avg_reward": 0.42})
     _clear_run_env()
 
@@ -124,4 +182,4 @@ def seed(base_url: str, local: Path) -> Seeded:
     failed.fail("CUDA out of memory: tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
     _clear_run_env()
 
-    return Seeded(train.id, evaluation.id, failed.id, rewards, long_episode)
+    return Seeded(train.id, evaluation.id, failed.id, rewards, long_episode, logged)

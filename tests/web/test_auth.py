@@ -47,6 +47,13 @@ def test_the_dashboard_asks_for_a_key_and_uses_it(context, auth_server):
             page.click("#export-links a >> text=metrics.ndjson")
         assert download.value.suggested_filename == f"{run['id']}-metrics.ndjson"
 
+        # Writes (a tag, from the run page) carry the key too.
+        page.fill("#tag-input", "checked")
+        page.press("#tag-input", "Enter")
+        expect(page.locator("#tag-list li")).to_have_count(1)
+        stored = httpx.get(f"{server.url}/api/v1/runs/{run['id']}", headers=headers).json()
+        assert stored["tags"] == ["checked"]
+
         page.click("#forget-key")
         expect(page.locator("#auth")).to_be_visible()
     finally:

@@ -80,14 +80,15 @@ def test_runs_table_pages_on_the_server(page, seeded):
     expect(page.locator("#page-newer")).to_be_disabled()
 
 
-def test_run_page_charts_every_point_and_keeps_spikes(page, seeded, screenshot):
+def test_run_page_charts_every_point_and_keeps_spikes(page, seeded):
     page.goto(f"/runs/{seeded.train}")
     header = page.locator("#run-header")
     expect(header.locator(".badge").first).to_have_text("completed")
     expect(header).to_contain_text("No records lost")
-    # Grouped by prefix, one chart per key.
-    expect(page.locator(".group h3")).to_have_text(["eval", "train"])
-    expect(page.locator("figure.chart")).to_have_count(4)
+    # Grouped by prefix, one chart per key; the episodes' reward bands in a group first.
+    expect(page.locator(".group h3")).to_have_text(["rewards of episodes", "eval", "train"])
+    expect(page.locator("figure.chart:not(.bands)")).to_have_count(4)
+    expect(page.locator("figure.chart.bands")).to_have_count(1)
 
     # Fewer points than pixels: every point is drawn.
     loss = chart(page, "train/loss")
@@ -96,9 +97,7 @@ def test_run_page_charts_every_point_and_keeps_spikes(page, seeded, screenshot):
 
     # More points than pixels: at most one bucket per pixel, and the spike is in the band.
     grad = chart(page, "train/grad_norm")
-    page.set_viewport_size({"width": 1280, "height": 1240})  # the screenshot shows both
     expect(grad).to_have_attribute("data-downsampled", "true")
-    screenshot(page, "run")
     drawn = int(grad.get_attribute("data-points"))
     width = page.eval_on_selector(
         'figure.chart[data-key="train/grad_norm"] .plot', "(el) => el.clientWidth"
@@ -172,20 +171,19 @@ def test_failed_run_shows_its_error(page, seeded):
     expect(page.locator(".error-box")).to_contain_text("CUDA out of memory")
 
 
-def test_step_lists_episodes_sorted_by_reward_and_filters(page, seeded, screenshot):
+def test_step_lists_episodes_sorted_by_reward_and_filters(page, seeded):
     page.goto(f"/runs/{seeded.train}/steps/3")
     rows = page.locator("#episodes tbody tr")
     expect(rows).to_have_count(EPISODES_PER_STEP)
     rewards = [float(r) for r in rows.evaluate_all("(rows) => rows.map((r) => r.dataset.reward)")]
     assert rewards == sorted(seeded.rewards[3], reverse=True)
     expect(page.locator("#step-stats")).to_contain_text(f"{EPISODES_PER_STEP} episodes")
-    screenshot(page, "step")
 
     page.select_option("#f-sort", "reward")
     expect(rows.nth(0)).to_have_attribute("data-reward", str(min(seeded.rewards[3])))
     page.select_option("#f-env", "math")
     expect(rows).to_have_count(EPISODES_PER_STEP // 2)
-    for cell in rows.locator("td:nth-child(3)").all_inner_texts():
+    for cell in rows.locator("td.env").all_inner_texts():
         assert cell == "math"
     assert "env=math" in page.url
     # Neighbouring steps.
@@ -199,7 +197,7 @@ def test_episode_shows_messages_tool_calls_and_folds_long_text(page, seeded, scr
     expect(rows).to_have_count(EPISODES_PER_STEP)
     rows.nth(0).focus()
     page.keyboard.press("Enter")
-    page.wait_for_url(f"**/episodes/{seeded.long_episode}")
+    page.wait_for_url(re.compile(rf".*/episodes/{seeded.long_episode}\?sort=step$"))
 
     messages = page.locator("article.message")
     expect(messages).to_have_count(5)
@@ -239,7 +237,8 @@ def test_compare_overlays_two_runs(page, seeded, screenshot):
         'figure.chart[data-key="train/loss"] .plot',
         "(gd) => gd.data.filter((t) => t.meta === 'value').map((t) => t.name)",
     )
-    assert names == ["web-train", "web-eval"]
+    # Name and short id: runs of one name stay apart.
+    assert names == [f"web-train · {seeded.train[-6:]}", f"web-eval · {seeded.eval[-6:]}"]
     screenshot(page, "compare")
 
     # Remove one, add it back through the picker.

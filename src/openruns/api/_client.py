@@ -19,6 +19,7 @@ __all__ = ["Client"]
 RETRY_SECONDS = 30.0
 _RUNS_PAGE = 200
 _EPISODES_PAGE = 500
+_SEARCH_PAGE = 100
 
 
 class Client:
@@ -67,24 +68,37 @@ class Client:
         return self._get(_run_path(run_id))
 
     def metrics(
-        self, run_id: str, keys: Sequence[str] | None = None, max_points: int = 0
+        self,
+        run_id: str,
+        keys: Sequence[str] | None = None,
+        max_points: int = 0,
+        kind: str | None = None,
     ) -> list[dict[str, Any]]:
         """
-        Metric history as rows `{"step", "key", "value"}`, by key then step. `max_points=0`:
-        every point; otherwise each key is downsampled to at most that many (last value per
-        bucket).
+        Metric history as rows `{"step", "key", "value", "ts"}`, by key then step, then the rows
+        logged without a step (`step` None, `ts` their time), by key then time; `ts` is None
+        for step-keyed rows. `max_points=0`: every point; otherwise each key is downsampled to
+        at most that many (last value per bucket). `kind="eval"`: the keys under `eval/`;
+        `kind="train"`: the others.
         """
         if isinstance(keys, str):
             keys = [keys]
-        params: dict[str, Any] = {"max_points": max_points}
+        params: dict[str, Any] = {"max_points": max_points, "kind": kind}
         if keys is not None:
             params["keys"] = ",".join(keys)
-        series = self._get(f"{_run_path(run_id)}/metrics", params)["series"]
-        return [
-            {"step": step, "key": key, "value": value}
-            for key, s in series.items()
+        params = {k: v for k, v in params.items() if v is not None}
+        body = self._get(f"{_run_path(run_id)}/metrics", params)
+        rows = [
+            {"step": step, "key": key, "value": value, "ts": None}
+            for key, s in body["series"].items()
             for step, value in zip(s["step"], s["value"], strict=True)
         ]
+        rows += [
+            {"step": None, "key": key, "value": value, "ts": ts}
+            for key, s in body.get("time", {}).items()
+            for ts, value in zip(s["ts"], s["value"], strict=True)
+        ]
+        return rows
 
     def metrics_frame(
         self,
@@ -92,11 +106,12 @@ class Client:
         keys: Sequence[str] | None = None,
         max_points: int = 0,
         frame: str = "pandas",
+        kind: str | None = None,
     ) -> Any:
         """
-        `metrics()` as a DataFrame with columns step, key, value (pandas, or polars with
+        `metrics()` as a DataFrame with columns step, key, value, ts (pandas, or polars with
         `frame="polars"`). One column per key: `df.pivot(index="step", columns="key",
-        values="value")` in pandas.
+        values="value")` in pandas (time-keyed rows have no step: select them by `ts`).
         """
         if frame not in ("pandas", "polars"):
             raise ConfigurationError(f"frame must be 'pandas' or 'polars', got {frame!r}")
@@ -107,12 +122,8 @@ class Client:
                 f"metrics_frame(frame={frame!r}) needs {frame}, which is not installed: "
                 f"pip install {frame}"
             ) from exc
-        rows = self.metrics(run_id, keys, max_points)
-        columns = {
-            "step": [r["step"] for r in rows],
-            "key": [r["key"] for r in rows],
-            "value": [r["value"] for r in rows],
-        }
+        rows = self.metrics(run_id, keys, max_points, kind)
+        columns = {name: [r[name] for r in rows] for name in ("step", "key", "value", "ts")}
         return module.DataFrame(columns)
 
     def episodes(
@@ -124,11 +135,16 @@ class Client:
         sort: str = "step",
         env: str | None = None,
         ok: bool | None = None,
+        kind: str | None = None,
+        subset: str | None = None,
+        by: str = "dispatched",
     ) -> Iterator[dict[str, Any]]:
         """
-        Index rows (id, stream, step, reward, env, ok, tokens, duration) of a run's episodes
-        (or `stream="traces"`), optionally of one step, sorted by `step`, `reward` or
-        `-reward` (missing values last). `episode(run_id, row["id"])` fetches a whole record.
+        Index rows (id, stream, step, reward, env, ok, tokens, duration, kind, subset,
+        trained_step) of a run's episodes (or `stream="traces"`), optionally of one step,
+        sorted by `step`, `reward` or `-reward` (missing values last). `step` is the step they
+        were dispatched at, or with `by="trained"` the step they were trained at.
+        `episode(run_id, row["id"])` fetches a whole record.
         """
         params = {
             "step": step,
@@ -136,12 +152,75 @@ class Client:
             "sort": sort,
             "env": env,
             "ok": None if ok is None else str(ok).lower(),
+            "kind": kind,
+            "subset": subset,
+            "by": by,
         }
         yield from self._pages(f"{_run_path(run_id)}/episodes", params, _EPISODES_PAGE)
 
-    def episode(self, run_id: str, episode_id: str) -> dict[str, Any]:
-        """One whole episode or trace, as it was logged."""
-        return self._get(f"{_run_path(run_id)}/episodes/{quote(episode_id, safe='')}")
+    def steps(
+        self,
+        run_id: str,
+        *,
+        stream: str = "episodes",
+        by: str = "dispatched",
+        kind: str | None = None,
+        subset: str | None = None,
+        env: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Per step (dispatched at, or `by="trained"`): count, avg_reward and off_policy (how
+        many of its episodes were trained at another step than dispatched at)."""
+        params = {"stream": stream, "by": by, "kind": kind, "subset": subset, "env": env}
+        query = {k: v for k, v in params.items() if v is not None}
+        return self._get(f"{_run_path(run_id)}/steps", query)
+
+    def episode(self, run_id: str, episode_id: str, *, annotations: bool = True) -> dict[str, Any]:
+        """One whole episode or trace, as it was logged, with the annotations about it folded
+        in (`annotations=False`: exactly as logged)."""
+        params = None if annotations else {"annotations": "false"}
+        return self._get(f"{_run_path(run_id)}/episodes/{quote(episode_id, safe='')}", params)
+
+    def annotations(self, run_id: str, episode_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Annotations as they were logged (with producer and ts), in stored order; of one
+        episode when `episode_id` is given."""
+        params = {"episode_id": episode_id}
+        yield from self._pages(f"{_run_path(run_id)}/annotations", params, 1000)
+
+    def search(
+        self,
+        run_id: str,
+        q: str,
+        *,
+        stream: str = "episodes",
+        kind: str | None = None,
+        step_min: int | None = None,
+        step_max: int | None = None,
+        env: str | None = None,
+        ok: bool | None = None,
+        reward_min: float | None = None,
+        reward_max: float | None = None,
+        limit: int | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """
+        Records of a run whose text has every word of `q` (words, "quoted phrases", prefix*
+        words; case-insensitive), newest first: index rows plus `snippets`, each
+        `{"label", "text", "matches": [[start, end], ...]}`. `kind` is the work (train / eval).
+        The index is built behind ingest, so records uploaded a moment ago may not match yet.
+        """
+        params = {
+            "q": q,
+            "stream": stream,
+            "kind": kind,
+            "step_min": step_min,
+            "step_max": step_max,
+            "env": env,
+            "ok": None if ok is None else str(ok).lower(),
+            "reward_min": reward_min,
+            "reward_max": reward_max,
+        }
+        page_size = min(_SEARCH_PAGE, limit) if limit else _SEARCH_PAGE
+        pages = self._pages(f"{_run_path(run_id)}/search", params, page_size)
+        return itertools.islice(pages, limit) if limit is not None else pages
 
     def _pages(self, path: str, params: dict[str, Any], limit: int) -> Iterator[dict[str, Any]]:
         query = {k: v for k, v in params.items() if v is not None}

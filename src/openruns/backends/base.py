@@ -32,6 +32,15 @@ class Backend(Protocol):
         """Close the run with a terminal status (owner only)."""
         ...
 
+    def fill(self, fields: dict[str, Any]) -> None:
+        """Set metadata (spec.FILLABLE) and `error` on the run where it has none yet: a
+        process attached to the run reports them; the owner's unnamed run gets its name."""
+        ...
+
+    def reported_error(self) -> str | None:
+        """The first fatal error a process attached to the run reported (owner only)."""
+        ...
+
     def close_writer(self, writer_id: str | None, stats: Stats, dropped: int) -> None:
         """Record what this process wrote and lost (owner and attached)."""
         ...

@@ -29,3 +29,9 @@ class DisabledBackend:
 
     def close_writer(self, writer_id: str | None, stats: Stats, dropped: int) -> None:
         pass
+
+    def fill(self, fields: dict[str, Any]) -> None:
+        pass
+
+    def reported_error(self) -> str | None:
+        return None

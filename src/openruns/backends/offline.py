@@ -1,7 +1,9 @@
 """
 Offline runs: a real run written to `<dir>/<run id>/` in the run-directory format (rundir.py),
 uploadable later with `openruns sync`. The owner writes run.json; every writing process writes
-its own segments and `writers/<writer>.json`.
+its own segments and `writers/<writer>.json`. A process attached to the run that has metadata
+or a fatal error for it writes `reports/<writer>.json`; the owner reads them (reported_error)
+and merges their metadata into run.json where it has none when it finalizes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from ..rundir import new_writer_id, read_json, write_json_atomic
 from ..sinks.local import LocalSink
-from ..spec import RunStatus
+from ..spec import FILLABLE, RunStatus
 from ..upload.stats import Stats
 
 __all__ = ["FORMAT_VERSION", "OfflineBackend"]
@@ -23,13 +25,26 @@ FORMAT_VERSION = 1
 
 
 class OfflineBackend:
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, *, owner: bool):
         self.run_dir = run_dir
+        self.owner = owner
         self.url = run_dir.resolve().as_uri()
 
     @classmethod
     def create(cls, run_dir: Path, metadata: dict[str, Any]) -> OfflineBackend:
-        run_dir.mkdir(parents=True, exist_ok=False)
+        """Create the run; with `metadata["resume"]`, reopen it when it exists."""
+        metadata = dict(metadata)
+        resume = bool(metadata.pop("resume", False))
+        owner = {"pid": os.getpid(), "host": socket.gethostname()}
+        existing = read_json(run_dir / "run.json") if resume else None
+        if existing is not None:
+            # A resume: the run is running again, owned by this process; its metadata stays.
+            existing.update(
+                status=RunStatus.RUNNING.value, error=None, finished_at=None, owner=owner
+            )
+            write_json_atomic(run_dir / "run.json", existing)
+            return cls(run_dir, owner=True)
+        run_dir.mkdir(parents=True, exist_ok=resume)
         doc = {
             "format": FORMAT_VERSION,
             **metadata,
@@ -38,16 +53,44 @@ class OfflineBackend:
             "summary": {},
             "created_at": time.time(),
             "finished_at": None,
-            "owner": {"pid": os.getpid(), "host": socket.gethostname()},
+            "owner": owner,
             "losses": {"dropped_records": 0, "failed_records": {}},
         }
         write_json_atomic(run_dir / "run.json", doc)
-        return cls(run_dir)
+        return cls(run_dir, owner=True)
 
     @classmethod
     def attach(cls, run_dir: Path) -> OfflineBackend:
         run_dir.mkdir(parents=True, exist_ok=True)
-        return cls(run_dir)
+        return cls(run_dir, owner=False)
+
+    def fill(self, fields: dict[str, Any]) -> None:
+        """The owner sets `fields` in run.json where it has none; another process reports them."""
+        if self.owner:
+            path = self.run_dir / "run.json"
+            doc = read_json(path) or {"format": FORMAT_VERSION}
+            for report in self.reports():  # what attached processes reported came first
+                fill_missing(doc, report)
+            write_json_atomic(path, fill_missing(doc, fields))
+            return
+        report = {k: v for k, v in fields.items() if k in FILLABLE or k == "error"}
+        report["reported_at"] = time.time()
+        write_json_atomic(self.run_dir / "reports" / f"{new_writer_id()}.json", report)
+
+    def reports(self) -> list[dict[str, Any]]:
+        """The reports of attached processes, oldest first."""
+        found = []
+        for path in sorted((self.run_dir / "reports").glob("*.json")):
+            doc = read_json(path)
+            if isinstance(doc, dict):
+                found.append(doc)
+        return sorted(found, key=lambda d: d.get("reported_at") or 0.0)
+
+    def reported_error(self) -> str | None:
+        for report in self.reports():
+            if isinstance(report.get("error"), str) and report["error"]:
+                return report["error"]
+        return None
 
     def make_sink(self, stats: Stats) -> LocalSink:
         return LocalSink(self.run_dir, new_writer_id(), stats)
@@ -58,6 +101,8 @@ class OfflineBackend:
     def finalize(
         self, status: RunStatus, error: str | None, summary: dict[str, Any], losses: dict[str, Any]
     ) -> None:
+        if self.owner:
+            self.fill({})
         self._rewrite(
             status=status.value,
             error=error,
@@ -92,3 +137,11 @@ class OfflineBackend:
         doc = read_json(path) or {"format": FORMAT_VERSION}
         doc.update(changes)
         write_json_atomic(path, doc)
+
+
+def fill_missing(doc: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """`doc` with each of `fields` set where doc has none (missing, null or empty)."""
+    for key, value in fields.items():
+        if key in FILLABLE and doc.get(key) in (None, [], {}, "") and value not in (None, []):
+            doc[key] = value
+    return doc

@@ -145,6 +145,30 @@ class ServerBackend:
                 "PATCH", f"/runs/{self.run_id}", json={"summary": summary}, timeout=UPDATE_TIMEOUT
             )
 
+    def fill(self, fields: dict[str, Any]) -> None:
+        """PATCH `fields` where the run has none (its name, a component's error, ...). One
+        bounded attempt: init() and a process's exit path must not wait long on a server."""
+        if self.local.owner:
+            self.local.fill(fields)  # so `openruns sync` creates the run with them
+
+        def send() -> Any:
+            self._ensure_created()
+            return self.client.request(
+                "PATCH", f"/runs/{self.run_id}", json={"fill": fields}, timeout=UPDATE_TIMEOUT
+            )
+
+        retrying(send, deadline=time.monotonic() + UPDATE_TIMEOUT)
+
+    def reported_error(self) -> str | None:
+        if self._metadata is not None:
+            return None  # never created on the server: nobody could report there
+        run = retrying(
+            lambda: self.client.request("GET", f"/runs/{self.run_id}", timeout=UPDATE_TIMEOUT),
+            deadline=time.monotonic() + UPDATE_TIMEOUT,
+        )
+        error = run.get("error") if run.get("status") == "running" else None
+        return error if isinstance(error, str) and error else None
+
     def finalize(
         self, status: RunStatus, error: str | None, summary: dict[str, Any], losses: dict[str, Any]
     ) -> None:

@@ -11,14 +11,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ForbiddenError, UnauthorizedError
 from ..run import Run
-from ..settings import Settings
+from ..settings import Settings, config_file_path
 from ..spec import RunStatus
 from .process import exit_status
 from .supervisor import Outcome
 
-__all__ = ["OwnedRun", "close_run", "open_run"]
+__all__ = ["OwnedRun", "close_run", "open_run", "under_slurm"]
+
+
+def under_slurm() -> bool:
+    """Whether this launcher runs inside a SLURM job (its messages then say so)."""
+    return bool(os.environ.get("SLURM_JOB_ID"))
 
 
 @dataclass
@@ -64,12 +69,34 @@ def open_run(
     When the environment already names a run owned by another process (a launcher inside a
     launcher), init() attaches instead: this launcher then supervises without closing the run.
     """
-    import openruns
+    from .._init import open_run as open_sdk_run
 
     if config is not None and not Path(config).is_file():
         raise ConfigurationError(f"config file {config!r} does not exist")
     settings = Settings.resolve({"mode": mode, "dir": dir})
-    run = openruns.init(name=name, kind=kind, model=model, config=config, mode=mode, dir=dir)
+    try:
+        # No name given: the run stays unnamed until it closes, so a component's own
+        # init(name=...) names it first (as its config=, tags=, ... fill what is unset here).
+        run = open_sdk_run(
+            name=name,
+            kind=kind,
+            model=model,
+            environments=None,
+            framework=None,
+            description=None,
+            tags=None,
+            config=config,
+            training=None,
+            id=None,
+            settings_arguments={"mode": mode, "dir": dir},
+            name_at_close=True,
+        )
+    except (UnauthorizedError, ForbiddenError) as exc:
+        raise ConfigurationError(
+            f"the server at {settings.base_url} refused to create the run ({exc}). It needs "
+            f"an API key: create one on the server's host with `openruns keys create --team "
+            f"<team>` and set OPENRUNS_API_KEY, or api_key in {config_file_path()}"
+        ) from exc
     if run.attached:
         print(
             f"{prog}: attached to run {run.id}, owned by another process, which finishes it",
@@ -85,9 +112,12 @@ def close_run(owned: OwnedRun, outcome: Outcome, failure: str | None) -> int:
     """
     Finish the run from the launch's outcome and return the launcher's exit status.
 
-    - SIGTERM (or any signal but SIGINT): failed, `RuntimeError: terminated by SIGTERM`; 128+N.
+    - SIGTERM (or any signal but SIGINT): failed, `RuntimeError: terminated by SIGTERM`
+      (under SLURM, SIGTERM is the scheduler's: `RuntimeError: SLURM terminated the job`);
+      128+N.
     - SIGINT: cancelled; 130.
-    - `failure` (the message for `outcome.failed`): failed, `RuntimeError: <failure>`; the
+    - a failed child: failed with the fatal error a component reported to the run
+      (`RuntimeError: boom (trainer)`), else `RuntimeError: <failure>` (the exit code); the
       failed child's status (128+N when it was killed by signal N).
     - otherwise: completed; 0.
     """
@@ -96,12 +126,15 @@ def close_run(owned: OwnedRun, outcome: Outcome, failure: str | None) -> int:
         name = signal.Signals(outcome.signal).name
         if outcome.signal == signal.SIGINT:
             run.finish(status=RunStatus.CANCELLED, error=f"terminated by {name}")
+        elif outcome.signal == signal.SIGTERM and under_slurm():
+            run.fail(RuntimeError("SLURM terminated the job"))
         else:
             run.fail(RuntimeError(f"terminated by {name}"))
         return 128 + outcome.signal
     if outcome.failed is not None:
         assert outcome.failed.returncode is not None
-        run.fail(RuntimeError(failure or f"{outcome.failed.name} failed"))
+        reported = None if run.attached else run._reported_error()
+        run.fail(reported or RuntimeError(failure or f"{outcome.failed.name} failed"))
         return exit_status(outcome.failed.returncode)
     run.finish()
     return 0

@@ -4,10 +4,12 @@
 The command runs in its own process group with the run exported in its environment, so every
 process it starts that calls `openruns.init()` attaches to the run (and only flushes). Exit 0
 completes the run; exit N fails it with `RuntimeError: The job step exited with code N` and
-this command exits N. SIGTERM / SIGINT are forwarded to the command's process group; after its
-teardown (`--grace` seconds, then SIGKILL) the run is failed (`RuntimeError: terminated by
-SIGTERM`) or cancelled (SIGINT) and this command exits 128+N. Wraps a SLURM step as
-`openruns run ... -- srun ...` (docs/launch.md).
+this command exits N (a process of the command that reported its fatal error to the run names
+the failure instead: `RuntimeError: boom (train.py)`). SIGTERM / SIGINT are forwarded to the
+command's process group; after its teardown (`--grace` seconds, then SIGKILL) the run is failed
+(`RuntimeError: terminated by SIGTERM`) or cancelled (SIGINT) and this command exits 128+N.
+Wraps a SLURM step as `openruns run ... -- srun ...` (docs/launch.md); inside a SLURM job the
+messages are `The SLURM job step exited with code N` and `SLURM terminated the job`.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import OpenrunsError
-    from .owner import close_run, open_run
+    from .owner import close_run, open_run, under_slurm
     from .process import describe_exit
     from .supervisor import Supervisor
 
@@ -73,12 +75,13 @@ def run(args: argparse.Namespace) -> int:
     except OpenrunsError as exc:  # bad settings, or the server refused the run
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
+    step = "The SLURM job step" if under_slurm() else "The job step"
     supervisor = Supervisor(args.grace, PROG)
     supervisor.install_signal_handlers()
     try:
         supervisor.start("job step", command, env=owned.child_environment())
     except OSError as exc:
-        owned.run.fail(RuntimeError(f"The job step could not be started: {exc}"))
+        owned.run.fail(RuntimeError(f"{step} could not be started: {exc}"))
         print(f"{PROG}: cannot start {command[0]!r}: {exc}", file=sys.stderr)
         return 127
     outcome = supervisor.supervise()
@@ -87,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         code = outcome.failed.returncode
         assert code is not None
         # "exited with code N", or "was killed by SIGKILL"
-        failure = f"The job step {'' if code > 0 else 'was '}{describe_exit(code)}"
+        failure = f"{step} {'' if code > 0 else 'was '}{describe_exit(code)}"
     status = close_run(owned, outcome, failure)
     supervisor.restore_signal_handlers()
     return status

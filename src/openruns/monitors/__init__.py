@@ -21,6 +21,7 @@ from .config import (
     OpenrunsMonitorConfig,
     WandbMonitorConfig,
     merge_monitors,
+    run_links,
 )
 from .fanout import Monitors
 from .file.reader import FileMonitorReader
@@ -36,4 +37,5 @@ __all__ = [
     "OpenrunsMonitorConfig",
     "WandbMonitorConfig",
     "merge_monitors",
+    "run_links",
 ]

@@ -1,6 +1,10 @@
 """
 Monitor configuration: small frozen dataclasses, read from TOML/JSON mappings.
 
+Every monitor is one entry of MONITOR_TYPES: its name (the `[monitors.<name>]` table, the
+`MonitorsConfig(<name>=...)` keyword, the `monitors/<name>/` directory of its link record), its
+config class, and the monitor class built from it. Adding a monitor is adding an entry.
+
 In a mapping (a `[monitors]` TOML table), each monitor is a table of its fields (`[monitors.file]`
 with no keys turns the file monitor on with its defaults), `true` (on, defaults) or `false` (off).
 
@@ -13,29 +17,37 @@ so a W&B project or a chunk size can never silently differ between trainer and o
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ..errors import ConfigurationError
+from ..identity import COMPONENT_ENV
+
+if TYPE_CHECKING:
+    from .base import Monitor
 
 __all__ = [
     "COMPONENT_ENV",
     "MONITORS_ENV",
+    "MONITOR_TYPES",
     "FileMonitorConfig",
+    "MonitorType",
     "MonitorsConfig",
     "OpenrunsMonitorConfig",
     "WandbMonitorConfig",
     "merge_monitors",
+    "run_links",
 ]
 
-# `openruns launch` hands each component its merged monitors config as JSON in this variable.
+# `openruns launch` hands each component its merged monitors config as JSON in this variable
+# (and its name in COMPONENT_ENV: the default `producer` of its monitors).
 MONITORS_ENV = "OPENRUNS_MONITORS"
-# ... and its name in this one: the default `producer` of its monitors.
-COMPONENT_ENV = "OPENRUNS_COMPONENT"
 
 _SUBSETS = ("all", "effective")
 _KINDS = ("train", "eval")
@@ -51,15 +63,23 @@ class FileMonitorConfig:
     - `subsets`: the cohorts whose episodes are written (`all`, `effective`); a producer that
       logs every arrival as `all` and the trained batch again as `effective` keeps one copy by
       listing only `all`.
+    - `float_decimals`: decimals kept in the float columns of episodes and annotations written
+      to disk (per-token streams: logprobs, advantages, entropies), as prime-rl's file monitor
+      does; scalars (rewards, metrics) are never rounded. None keeps every digit.
     """
 
     chunk_bytes: int = 1 << 30
     subsets: tuple[str, ...] = _SUBSETS
+    float_decimals: int | None = 4
 
     def __post_init__(self) -> None:
         if self.chunk_bytes <= 0:
             raise ConfigurationError(f"file.chunk_bytes must be positive, got {self.chunk_bytes}")
         _check_choices("file.subsets", self.subsets, _SUBSETS)
+        if self.float_decimals is not None and not 0 <= self.float_decimals <= 17:
+            raise ConfigurationError(
+                f"file.float_decimals must be from 0 to 17 or null, got {self.float_decimals}"
+            )
 
 
 @dataclass(frozen=True)
@@ -113,44 +133,97 @@ class OpenrunsMonitorConfig:
         _check_choices("openruns.cohorts", self.cohorts, allowed)
 
 
-_MONITOR_TYPES: dict[str, type] = {
-    "file": FileMonitorConfig,
-    "wandb": WandbMonitorConfig,
-    "openruns": OpenrunsMonitorConfig,
+@dataclass(frozen=True)
+class MonitorType:
+    """A monitor: its config class, and where its class lives (imported when one is built, so
+    a monitor that is off costs no import, e.g. of wandb)."""
+
+    config: type
+    module: str
+    cls: str
+
+    def build(self, config: Any, *, producer: str, output_dir: Path) -> Monitor:
+        monitor_cls: Callable[..., Monitor] = getattr(
+            importlib.import_module(self.module, __package__), self.cls
+        )
+        return monitor_cls(config, producer=producer, output_dir=output_dir)
+
+
+# The one registration of each monitor, in the order they are built.
+MONITOR_TYPES: dict[str, MonitorType] = {
+    "file": MonitorType(FileMonitorConfig, ".file.monitor", "FileMonitor"),
+    "wandb": MonitorType(WandbMonitorConfig, ".wandb_monitor", "WandbMonitor"),
+    "openruns": MonitorType(OpenrunsMonitorConfig, ".openruns_monitor", "OpenrunsMonitor"),
 }
 
 
-@dataclass(frozen=True)
 class MonitorsConfig:
-    """Which monitors a process runs; None turns one off."""
+    """
+    Which monitors a process runs: `MonitorsConfig(file=FileMonitorConfig(), wandb=None)`, one
+    keyword per entry of MONITOR_TYPES (a monitor not given, or None, is off); read back as
+    attributes (`config.file`). Immutable; equal when the same monitors are on alike.
+    """
 
-    file: FileMonitorConfig | None = None
-    wandb: WandbMonitorConfig | None = None
-    openruns: OpenrunsMonitorConfig | None = None
+    __slots__ = ("_on",)
+
+    def __init__(self, **monitors: Any):
+        unknown = sorted(set(monitors) - set(MONITOR_TYPES))
+        if unknown:
+            raise ConfigurationError(f"unknown monitors {unknown}; known: {sorted(MONITOR_TYPES)}")
+        on = {}
+        for name, value in monitors.items():
+            expected = MONITOR_TYPES[name].config
+            if value is not None and not isinstance(value, expected):
+                raise ConfigurationError(
+                    f"{name} must be a {expected.__name__} or None, got {type(value).__name__}"
+                )
+            if value is not None:
+                on[name] = value
+        object.__setattr__(self, "_on", {n: on[n] for n in MONITOR_TYPES if n in on})
+
+    def __getattr__(self, name: str) -> Any:
+        if name in MONITOR_TYPES:
+            return self._on.get(name)
+        raise AttributeError(f"MonitorsConfig has no monitor {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("MonitorsConfig is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MonitorsConfig) and self._on == other._on
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._on.items()))
+
+    def __repr__(self) -> str:
+        return f"MonitorsConfig({', '.join(f'{n}={v!r}' for n, v in self._on.items())})"
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        """(name, config) of every monitor that is on, in MONITOR_TYPES order."""
+        return iter(self._on.items())
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "[monitors]") -> MonitorsConfig:
         """Build from a `[monitors]` table; errors name `where` and the offending key."""
         if not isinstance(data, Mapping):
             raise ConfigurationError(f"{where} must be a table, got {type(data).__name__}")
-        unknown = sorted(set(data) - set(_MONITOR_TYPES))
+        unknown = sorted(set(data) - set(MONITOR_TYPES))
         if unknown:
             raise ConfigurationError(
-                f"{where}: unknown monitors {unknown}; known: {sorted(_MONITOR_TYPES)}"
+                f"{where}: unknown monitors {unknown}; known: {sorted(MONITOR_TYPES)}"
             )
         built = {
-            name: _build(_MONITOR_TYPES[name], value, f"{where}.{name}")
+            name: _build(MONITOR_TYPES[name].config, value, f"{where}.{name}")
             for name, value in data.items()
         }
         return cls(**built)
 
     def to_mapping(self) -> dict[str, Any]:
         """The mapping from_mapping() reads back (off monitors as `false`)."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = False if value is None else _plain(dataclasses.asdict(value))
-        return out
+        return {
+            name: _plain(dataclasses.asdict(self._on[name])) if name in self._on else False
+            for name in MONITOR_TYPES
+        }
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> MonitorsConfig | None:
@@ -164,6 +237,20 @@ class MonitorsConfig:
         except orjson.JSONDecodeError as exc:
             raise ConfigurationError(f"${MONITORS_ENV} is not JSON: {exc}") from exc
         return cls.from_mapping(data, where=f"${MONITORS_ENV}")
+
+
+def run_links(
+    output_dir: str | os.PathLike[str], config: MonitorsConfig | None = None
+) -> dict[str, Any]:
+    """
+    Where each monitor's run lives, from the link records its monitors wrote under
+    `output_dir`: `{"openruns": {"id", "url", "kind"}, "wandb": {"id", "url"}, "file": {...}}`,
+    keyed by the monitor's config field; only the monitors `config` turns on (default: any).
+    """
+    from .base import read_links
+
+    names = [n for n, _ in config.items()] if config is not None else list(MONITOR_TYPES)
+    return read_links(output_dir, names)
 
 
 def merge_monitors(

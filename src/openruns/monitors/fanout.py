@@ -11,10 +11,13 @@ from typing import Any
 
 from ..records import MetricsCleaner, is_episode
 from .base import Monitor
-from .config import COMPONENT_ENV, MonitorsConfig
+from .config import COMPONENT_ENV, MONITOR_TYPES, MonitorsConfig
 from .worker import MonitorStats, MonitorWorker
 
-__all__ = ["Monitors"]
+__all__ = ["EVAL_PREFIX", "Monitors"]
+
+# Metrics logged with kind="eval" are keyed under this prefix (prime-rl's `eval/<env>/...`).
+EVAL_PREFIX = "eval/"
 
 logger = logging.getLogger("openruns.monitors")
 
@@ -61,20 +64,12 @@ class Monitors:
         config = config or MonitorsConfig()
         producer = producer or os.environ.get(COMPONENT_ENV) or "main"
         out = Path(output_dir)
-        monitors: list[Monitor] = []
-        if config.file is not None:
-            from .file.monitor import FileMonitor
-
-            monitors.append(FileMonitor(config.file, producer=producer, output_dir=out))
-        if config.wandb is not None:
-            from .wandb_monitor import WandbMonitor
-
-            monitors.append(WandbMonitor(config.wandb, producer=producer, output_dir=out))
-        if config.openruns is not None:
-            from .openruns_monitor import OpenrunsMonitor
-
-            monitors.append(OpenrunsMonitor(config.openruns, producer=producer))
-        return cls(monitors)
+        return cls(
+            [
+                MONITOR_TYPES[name].build(monitor_config, producer=producer, output_dir=out)
+                for name, monitor_config in config.items()
+            ]
+        )
 
     @property
     def names(self) -> list[str]:
@@ -95,7 +90,9 @@ class Monitors:
         """
         Log a metrics mapping (nested mappings become `a/b` keys; non-finite values are dropped
         and named), or episodes: one episode or an iterable of them. `step=None` marks a row
-        keyed by time only (e.g. periodic system metrics).
+        keyed by time only (e.g. periodic system metrics). Metrics logged with `kind="eval"`
+        are keyed under `eval/` (unless they already are), so an online eval's metrics never
+        mix with the training metrics of the same step.
         """
         if self._finalized:
             raise RuntimeError("Monitors.log() called after finalize()")
@@ -105,6 +102,9 @@ class Monitors:
             raise TypeError(f"step must be an int or None, got {type(step).__name__}")
         if isinstance(data, Mapping) and not is_episode(data):
             values = self._cleaner.clean(data)
+            if kind == "eval":
+                values = {k if k.startswith(EVAL_PREFIX) else EVAL_PREFIX + k: v
+                          for k, v in values.items()}  # fmt: skip
             calls = [w.put("log_metrics", (values, step), 1) for w in self._workers]
         else:
             episodes = _episodes(data)
@@ -119,6 +119,33 @@ class Monitors:
         if len(calls) == 1:
             await calls[0]
         elif calls:
+            await asyncio.gather(*calls)
+
+    async def log_annotations(self, annotations: Any) -> None:
+        """
+        Log later facts about episodes already logged (the step one was trained at, its
+        advantage, per-token trainer logprobs), each a mapping with an `episode_id`: see
+        `openruns.Run.log_annotations`. Monitors that keep them (file: a stream per producer;
+        openruns: the run) get them; the others never see them.
+        """
+        if self._finalized:
+            raise RuntimeError("Monitors.log_annotations() called after finalize()")
+        if isinstance(annotations, Mapping):
+            annotations = [annotations]
+        batch = list(annotations)
+        for annotation in batch:
+            if not isinstance(annotation, Mapping) or not isinstance(
+                annotation.get("episode_id"), str
+            ):
+                raise TypeError(
+                    f"an annotation is a mapping with an episode_id, got {annotation!r}"
+                )
+        calls = [
+            w.put("log_annotations", (batch,), len(batch))
+            for w in self._workers
+            if w.monitor.wants_annotations()
+        ]
+        if calls:
             await asyncio.gather(*calls)
 
     async def finalize(self, timeout: float | None = None) -> None:

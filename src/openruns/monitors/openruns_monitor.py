@@ -6,15 +6,20 @@ Under `openruns run` or `openruns launch` the launcher owns the run and exported
 component can never finish the run while another still logs to it. Started on its own, the
 monitor creates the run and finalize() completes it (a crash leaves that to the SDK's exit
 hooks: crashed).
+
+Each episode is stored with the kind and subset it was logged as; metric rows without a step
+stay time-keyed; annotations go to the run (their producer: this monitor's). The link record
+`monitors/openruns/run.json` holds the run's id and URL.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from ..run import Run
-from .base import Monitor
+from .base import Monitor, write_link
 from .config import OpenrunsMonitorConfig
 
 __all__ = ["OpenrunsMonitor"]
@@ -25,11 +30,11 @@ logger = logging.getLogger("openruns.monitors")
 class OpenrunsMonitor(Monitor):
     name = "openruns"
 
-    def __init__(self, config: OpenrunsMonitorConfig, *, producer: str):
+    def __init__(self, config: OpenrunsMonitorConfig, *, producer: str, output_dir: Path):
         self.config = config
         self.producer = producer
+        self.output_dir = output_dir
         self.run: Run | None = None
-        self._last_step = 0
 
     def setup(self) -> None:
         import openruns
@@ -47,23 +52,28 @@ class OpenrunsMonitor(Monitor):
             self.run.id,
             "attached" if self.run.attached else "created",
         )
+        record = {"id": self.run.id, "url": self.run.url, "kind": self.run.kind}
+        write_link(self.output_dir, "openruns", record)
 
     def log_metrics(self, values: dict[str, float | int], step: int | None) -> None:
         assert self.run is not None
-        # A run's metrics are keyed by step: a time-keyed row (step None) joins the last step
-        # this producer logged, rather than inventing the next one.
-        if step is None:
-            step = self._last_step
-        else:
-            self._last_step = step
-        self.run.log_metrics(values, step=step)
+        self.run.log_metrics(values, step=step)  # step None: a row keyed by its time
 
     def wants_episodes(self, kind: str, subset: str) -> bool:
         return f"{kind}/{subset}" in self.config.cohorts
 
     def log_episodes(self, episodes: list[Any], step: int | None, kind: str, subset: str) -> None:
         assert self.run is not None
-        self.run.log_episodes(episodes, step=step)
+        self.run.log_episodes(episodes, step=step, kind=kind, subset=subset)
+
+    def wants_annotations(self) -> bool:
+        return True
+
+    def log_annotations(self, annotations: list[dict[str, Any]]) -> None:
+        assert self.run is not None
+        self.run.log_annotations(
+            [a if "producer" in a else {**a, "producer": self.producer} for a in annotations]
+        )
 
     def finalize(self) -> None:
         if self.run is not None:

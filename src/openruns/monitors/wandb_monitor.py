@@ -5,7 +5,8 @@ The run id is `$WANDB_RUN_ID`, else the openruns run id (`$OPENRUNS_RUN_ID`, exp
 run's owner), else W&B's own; it is then exported as `WANDB_RUN_ID`, so processes this one
 starts join the same run. Online, with `primary` set, the processes use W&B's shared mode: the
 primary creates the run and sets its final state, the others join it with their producer as
-label. Episodes are not sent (W&B gets scalars).
+label. Episodes are not sent (W&B gets scalars). The link record `monitors/wandb/run.json`
+holds the W&B run's id and URL.
 
 `wandb` is imported when the monitor is built, on the caller's thread: the import executes
 seconds of module code that, on a worker thread, would stall the producer's event loop by up to
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..identity import RUN_ID_ENV
-from .base import Monitor
+from .base import Monitor, write_link
 from .config import WandbMonitorConfig
 
 __all__ = ["WandbMonitor"]
@@ -32,8 +33,10 @@ class WandbMonitor(Monitor):
     def __init__(self, config: WandbMonitorConfig, *, producer: str, output_dir: Path):
         self.config = config
         self.producer = producer
+        self.output_dir = output_dir
         self.dir = Path(config.dir) if config.dir else output_dir / "monitors" / "wandb" / producer
         self.run: Any = None
+        self._timed: set[str] = set()  # metric globs charted against time (rows without a step)
         try:
             import wandb
         except ImportError:
@@ -79,9 +82,21 @@ class WandbMonitor(Monitor):
         # not W&B's per-process call counter.
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
+        url = getattr(self.run, "url", None)
+        write_link(self.output_dir, "wandb", {"id": self.run.id, "url": url})
 
     def log_metrics(self, values: dict[str, float | int], step: int | None) -> None:
-        self.run.log(values if step is None else {**values, "step": step})
+        if step is None:
+            # A row keyed by time (inference/*, event_loop_lag/*): charted against W&B's own
+            # timestamp, as prime-rl does, the first time its top-level prefix shows up.
+            for key in values:
+                glob = key.split("/", 1)[0] + "/*" if "/" in key else key
+                if glob not in self._timed:
+                    self._timed.add(glob)
+                    self.run.define_metric(glob, step_metric="_timestamp")
+            self.run.log(values)
+        else:
+            self.run.log({**values, "step": step})
 
     def finalize(self) -> None:
         if self.run is not None:

@@ -36,6 +36,8 @@ MAX_PENDING_EPISODES = 32
 MAX_PENDING_ROWS = 10_000
 PUT_TIMEOUT_SECONDS = 5.0
 _FINALIZE = object()
+# Queued calls; episodes are bounded by MAX_PENDING_EPISODES, the others (small rows) by rows.
+_METHODS = ("log_episodes", "log_metrics", "log_annotations")
 
 
 @dataclass
@@ -61,7 +63,7 @@ class MonitorWorker:
         self.name = monitor.name
         self.stats = MonitorStats()
         self._items: collections.deque[Any] = collections.deque()
-        self._pending = {"log_episodes": 0, "log_metrics": 0}
+        self._pending = dict.fromkeys(_METHODS, 0)
         self._cond = threading.Condition()
         self._broken = False
         self._closing = False
@@ -137,7 +139,7 @@ class MonitorWorker:
                 dropped = sum(i.count for i in self._items if isinstance(i, _Call))
                 self.stats.dropped += dropped
                 self._items = collections.deque(i for i in self._items if i is _FINALIZE)
-                self._pending = {"log_episodes": 0, "log_metrics": 0}
+                self._pending = dict.fromkeys(_METHODS, 0)
             logger.warning("openruns monitors: %s monitor is disabled", self.name)
         while True:
             with self._cond:

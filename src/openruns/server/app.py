@@ -3,7 +3,8 @@ The ASGI application.
 
     app = create_app(ServerSettings(data_dir=Path("data")))
 
-`create_app` assembles small parts: the lifespan (open the store, run the crash sweeper, close),
+`create_app` assembles small parts: the lifespan (open the store, run the crash sweeper and the
+search indexer, close),
 the body-size middleware, the error handlers, the API routers under /api/v1, and the dashboard
 router (web/) at the root. Pass an already-open `state` to keep startup errors out of the
 lifespan (serve.py does, so they can be reported in one line).
@@ -19,10 +20,12 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from .. import __version__
+from . import search_indexer
 from .config import ServerSettings
 from .errors import ApiError
 from .handlers import install_handlers
 from .limits import BodyLimit
+from .prime import include_prime
 from .routes import ROUTERS
 from .state import ServerState
 from .web import router as web_router
@@ -44,13 +47,18 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         current = state if state is not None else ServerState.open(settings)
         app.state.server = current
-        sweeper = asyncio.create_task(_sweep_forever(current))
+        tasks = [
+            asyncio.create_task(_sweep_forever(current)),
+            asyncio.create_task(search_indexer.follow(current)),
+        ]
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             current.close()
 
     app = FastAPI(
@@ -68,6 +76,7 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
     )
     for router in ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
+    include_prime(app)  # the routes prime-runs calls (server/prime/)
     app.include_router(web_router)
     return app
 

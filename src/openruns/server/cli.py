@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(
                 *names,
                 dest=spec.name,
-                type=spec.kind,
+                type=str if spec.kind is frozenset else spec.kind,  # lists: parsed by resolve
                 default=None,
                 metavar=spec.metavar,
                 help=text,

@@ -217,6 +217,14 @@ class ServerSettings:
         help="a request waiting this long for a database connection gets 503 + Retry-After",
     )
 
+    prime_training_teams: frozenset[str] | None = setting(
+        None,
+        metavar="TEAM,...",
+        help="teams that may create external training runs through the Prime wire "
+        "(prime-runs kind='train'); others get 403 with the reason",
+        default_text="every team",
+    )
+
     @classmethod
     def resolve(
         cls,
@@ -328,6 +336,11 @@ class SettingSpec:
                 return Path(raw)
             if self.kind is str:
                 return str(raw)
+            if self.kind is frozenset:  # "a,b" (a flag, a variable) or a TOML list
+                items = (
+                    raw if isinstance(raw, list | tuple | set | frozenset) else str(raw).split(",")
+                )
+                return frozenset(str(item).strip() for item in items if str(item).strip())
             value = self.kind(raw) * self.unit
             if value < 0:
                 raise ValueError("must not be negative")
@@ -338,7 +351,13 @@ class SettingSpec:
             ) from exc
 
 
-_KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+_KIND_NAMES = {
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    str: "a string",
+    frozenset: "a comma-separated list",
+}
 
 
 def setting_specs() -> list[SettingSpec]:
@@ -352,6 +371,7 @@ def setting_specs() -> list[SettingSpec]:
         optional = bool(args)
         if optional:
             kind = args[0]
+        kind = typing.get_origin(kind) or kind  # frozenset[str] -> frozenset
         default_text = meta["default_text"]
         if default_text is None and kind is bool:
             default_text = "on" if defaults[f.name].default else "off"

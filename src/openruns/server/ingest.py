@@ -26,10 +26,16 @@ from .errors import bad_request
 from .limits import Ticket
 from .segments import build_segment
 from .state import ServerState
-from .store.metrics import MAX_STEP
+from .store.metrics import MAX_STEP, MetricPoints
 from .store.runs import require_running_or_grace
 
-__all__ = ["MAX_KEY_CHARS", "parse_metrics", "upload_episodes", "upload_metrics"]
+__all__ = [
+    "MAX_KEY_CHARS",
+    "ingest_records",
+    "parse_metrics",
+    "upload_episodes",
+    "upload_metrics",
+]
 
 MAX_KEY_CHARS = 512
 
@@ -94,22 +100,29 @@ async def _receive(
 def parse_metrics(data: bytes) -> tuple[int, Points]:
     """
     (rows, {(key, step): (value, ts)}) from NDJSON rows `{"step", "ts", "values"}`; within a
-    batch the last row of a (key, step) wins, as across batches. 400 names the bad line.
+    batch the last row of a (key, step) wins, as across batches. A row with `"step": null` is
+    keyed by its time (its `ts` is then required): its points go to the result's `by_time`
+    {(key, ts): value}. 400 names the bad line.
     """
     # Exact type checks, not isinstance: this loop runs once per metric value. orjson never
     # yields NaN or infinities, and its integers fit in 64 bits.
-    points: Points = {}
+    points = MetricPoints()
+    by_time = points.by_time
     rows = 0
     for lineno, _, _, row in iter_objects(data):
         step = row.get("step")
-        if type(step) is not int or not 0 <= step <= MAX_STEP:
-            raise _bad_row(lineno, f"step must be an integer from 0 to {MAX_STEP}, got {step!r}")
+        if step is not None and (type(step) is not int or not 0 <= step <= MAX_STEP):
+            raise _bad_row(
+                lineno, f"step must be an integer from 0 to {MAX_STEP} or null, got {step!r}"
+            )
         ts = row.get("ts")
         if ts is not None:
             if type(ts) is int:
                 ts = float(ts)
             elif type(ts) is not float:
                 raise _bad_row(lineno, f"ts must be a number (epoch seconds), got {ts!r}")
+        elif step is None:
+            raise _bad_row(lineno, "a row without a step is keyed by its time: ts is required")
         values = row.get("values")
         if type(values) is not dict:
             raise _bad_row(lineno, "values must be an object of metric name to number")
@@ -121,10 +134,46 @@ def parse_metrics(data: bytes) -> tuple[int, Points]:
                 value = float(value)
             if not name or len(name) > MAX_KEY_CHARS:
                 raise _bad_row(lineno, f"metric names must have 1 to {MAX_KEY_CHARS} characters")
-            points[(name, step)] = (value, ts)
+            if step is None:
+                by_time[(name, ts)] = value
+            else:
+                points[(name, step)] = (value, ts)
         rows += 1
     return rows, points
 
 
 def _bad_row(lineno: int, message: str) -> Exception:
     return bad_request("invalid_metrics", f"line {lineno}: {message}")
+
+
+async def ingest_records(
+    state: ServerState,
+    run: dict[str, Any],
+    data: bytes,
+    key: str,
+    stream: str,
+    default_step: int | None = None,
+) -> dict[str, Any]:
+    """
+    Store NDJSON records that reached the server some other way than POST .../episodes (the
+    Prime wire: a Prime Traces batch, the episodes inside eval sample rows or training
+    Parquet), exactly as an episodes upload of `data` with Idempotency-Key `key` is stored:
+    one segment, its index rows and the receipt; a repeat of `key` stores nothing. Records
+    that say no step are indexed at `default_step` (the records themselves are kept as sent).
+    The caller has admitted the request and checked the run.
+    """
+    prior = await state.store.receipt(run["seq"], "episodes", key)
+    if prior is not None:
+        return prior
+    segment = await run_in_threadpool(build_segment, data)
+    if default_step is not None:
+        for row in segment.rows:
+            if row["step"] is None:
+                row["step"] = default_step
+    if not segment.rows:
+        return {"status": "committed", "records": 0, "receipt": key}
+    blob_key = f"runs/{run['seq']}/{stream}/{secrets.token_hex(12)}.ndjson.zst"
+    await run_in_threadpool(state.blobs.put_atomic, blob_key, segment.blob)
+    return await state.store.commit_segment(
+        run["seq"], key, stream, blob_key, len(segment.blob), segment.rows
+    )

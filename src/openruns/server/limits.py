@@ -20,7 +20,13 @@ from .errors import ApiError, overloaded, too_large
 
 __all__ = ["BodyLimit", "IngestGate", "RateLimiter", "Ticket"]
 
-_INGEST_PATH = re.compile(r"^/api/v1/runs/[^/]+/(metrics|episodes)$")
+# Bulk uploads get the larger body cap: the native ingest routes, and the Prime wire's
+# (server/prime/: eval sample rows, Prime Traces batches, presigned Parquet PUTs).
+_INGEST_PATH = re.compile(
+    r"^/api/v1/runs/[^/]+/(metrics|episodes)$"
+    r"|^/api/(v1|internal)/evaluations/[^/]+/samples$"
+    r"|^/api/v1/(traces|prime/objects/.+)$"
+)
 _MAX_BUCKETS = 10_000
 
 

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from ..spec import MAX_CONFIG_SOURCE_BYTES, RunStatus
 
 __all__ = [
+    "AnnotationsPage",
+    "AnnotationsReceipt",
     "EpisodeRow",
     "EpisodesPage",
     "EpisodesReceipt",
@@ -22,6 +24,7 @@ __all__ = [
     "MetricsReceipt",
     "RunCreate",
     "RunCreated",
+    "RunFill",
     "RunFinish",
     "RunList",
     "RunOut",
@@ -37,6 +40,7 @@ Tag = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 ShortText = Annotated[str, StringConstraints(max_length=1024)]
 LongText = Annotated[str, StringConstraints(max_length=100_000)]
 TeamId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+GroupName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 # The run statuses come from spec.RunStatus, the one vocabulary; Literal of their values keeps
 # the OpenAPI enum and the validation messages plain strings.
 Status = Literal[tuple(s.value for s in RunStatus)]  # type: ignore[valid-type]
@@ -75,6 +79,34 @@ class RunCreate(_Body):
     config: ConfigIn | None = None
     training: dict[str, Any] | None = None
     team_id: TeamId | None = None
+    group: GroupName | None = Field(None, description="runs of one experiment (grouped by)")
+    resume: bool = Field(
+        False,
+        description="a process resuming the run with an explicit id: an existing run that "
+        "ended is running again (its metadata kept); a missing one is created",
+    )
+    heartbeat: bool = Field(
+        True,
+        description="false: the creator is a scheduler, not a process that heartbeats (`openruns "
+        "runs create`); the run is never marked crashed for silence, and its creator finishes it",
+    )
+
+
+class RunFill(_Body):
+    """Fields a process attached to the run sets where the run has none: its owner left them
+    unset (name, model, ...), or no other component reported a fatal error yet."""
+
+    name: ShortText | None = None
+    model: ShortText | None = None
+    environments: list[dict[str, Any]] | None = Field(None, max_length=1000)
+    framework: ShortText | None = None
+    description: LongText | None = None
+    tags: list[Tag] | None = Field(None, max_length=100)
+    config: ConfigIn | None = None
+    training: dict[str, Any] | None = None
+    error: LongText | None = Field(
+        None, description="a component's fatal error, kept while the run is running"
+    )
 
 
 class RunPatch(_Body):
@@ -82,6 +114,9 @@ class RunPatch(_Body):
     tags: list[Tag] | None = Field(None, max_length=100)
     description: LongText | None = None
     losses: Losses | None = None
+    fill: RunFill | None = Field(None, description="set each field only where the run has none")
+    notes: LongText | None = Field(None, description="a reader's notes on the run; null clears")
+    group: GroupName | None = Field(None, description="null clears")
 
 
 class RunFinish(_Body):
@@ -111,6 +146,8 @@ class RunOut(BaseModel):
     updated_at: float
     finished_at: float | None
     last_heartbeat_at: float | None
+    notes: str | None
+    group: str | None
     url: str
 
 
@@ -144,7 +181,11 @@ class EpisodesReceipt(BaseModel):
 
 class MetricKey(BaseModel):
     key: str
-    last_step: int
+    axis: Literal["step", "time"] = Field(
+        description="step: the key's step-keyed points; time: its rows logged without a step"
+    )
+    last_step: int | None
+    last_ts: float | None
     last_value: float
     count: int
 
@@ -156,26 +197,53 @@ class Series(BaseModel):
     max: list[float]
 
 
+class TimeSeries(BaseModel):
+    ts: list[float]
+    value: list[float]
+    min: list[float]
+    max: list[float]
+
+
 class MetricSeries(BaseModel):
     series: dict[str, Series]
     downsampled: bool
+    time: dict[str, TimeSeries] = Field(
+        description="the rows logged without a step, by time (never folded into a step)"
+    )
 
 
 class StepRow(BaseModel):
     step: int | None
     count: int
     avg_reward: float | None
+    off_policy: int = Field(
+        description="episodes of this step trained at another step than they were dispatched at"
+    )
 
 
 class EpisodeRow(BaseModel):
     id: str
     stream: str
-    step: int | None
+    step: int | None = Field(description="the step the episode was dispatched at")
     reward: float | None
     env: str | None
     ok: bool | None
     tokens: int | None
     duration: float | None
+    kind: str | None = Field(description="train | eval")
+    subset: str | None = Field(description="the cohort it was logged as (all, effective)")
+    trained_step: int | None = Field(description="the step it was trained at (annotations)")
+
+
+class AnnotationsReceipt(BaseModel):
+    status: Literal["committed"]
+    annotations: int
+    receipt: str
+
+
+class AnnotationsPage(BaseModel):
+    items: list[dict[str, Any]]
+    next_cursor: str | None
 
 
 class EpisodesPage(BaseModel):

@@ -88,9 +88,16 @@ def _index_row(lineno: int, record: dict[str, Any]) -> dict[str, Any]:
     step = fields["step"]
     if step is not None and not _MIN_INT <= step <= MAX_STEP:
         raise bad_request("invalid_record", f"line {lineno}: step {step} is out of range")
+    for name, limit in (("kind", 16), ("subset", 32)):
+        if fields[name] is not None and len(fields[name]) > limit:
+            raise bad_request(
+                "invalid_record", f"line {lineno}: {name} is longer than {limit} characters"
+            )
     tokens = fields["tokens"]
     return {
         "episode_id": episode_id,
+        "kind": fields["kind"],
+        "subset": fields["subset"],
         "step": step,
         "reward": fields["reward"],
         "env": fields["env"],

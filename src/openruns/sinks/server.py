@@ -43,7 +43,7 @@ from ..errors import (
     NotFoundError,
     UnauthorizedError,
 )
-from ..rundir import SegmentWriter
+from ..rundir import ROW_STREAMS, SegmentWriter, upload_target
 from ..upload.encoder import Batch
 from ..upload.http import ApiClient, backoff_delay, retryable, retrying
 from ..upload.stats import Stats
@@ -73,7 +73,7 @@ class _Upload:
 
 
 def _lane(stream: str) -> str:
-    return "metrics" if stream == "metrics" else "records"
+    return "metrics" if stream in ROW_STREAMS else "records"
 
 
 class ServerSink:
@@ -315,11 +315,8 @@ class ServerSink:
             "Content-Type": "application/x-ndjson",
             "Content-Encoding": "gzip" if self.gzip_only else "zstd",
         }
-        if upload.stream == "metrics":
-            path = f"/runs/{self.run_id}/metrics"
-        else:
-            path = f"/runs/{self.run_id}/episodes"
-            headers["X-Openruns-Stream"] = upload.stream
+        path, extra = upload_target(self.run_id, upload.stream)
+        headers.update(extra)
         self.client.request("POST", path, content=body, headers=headers)
 
     def _body(self, upload: _Upload) -> bytes:

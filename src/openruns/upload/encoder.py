@@ -29,6 +29,7 @@ __all__ = [
     "Piece",
     "encode_metrics_row",
     "encode_record",
+    "encode_row",
     "iter_pieces",
     "yield_gil",
 ]
@@ -39,8 +40,14 @@ PIECE_BYTES = 64 * 1024  # ~0.1 ms of orjson: the longest a producer waits for t
 _SPLIT_KEYS = ("traces", "nodes")
 
 
-def encode_metrics_row(step: int, ts: float, values: Mapping[str, Any]) -> list[Piece]:
+def encode_metrics_row(step: int | None, ts: float, values: Mapping[str, Any]) -> list[Piece]:
+    """A metrics row; `step` None: a row keyed by its time."""
     return [orjson.dumps({"step": step, "ts": ts, "values": values}, option=_OPTIONS), b"\n"]
+
+
+def encode_row(row: Mapping[str, Any]) -> list[Piece]:
+    """A small mapping (an annotation) as one NDJSON line."""
+    return [orjson.dumps(row, option=_OPTIONS), b"\n"]
 
 
 def encode_record(record: Mapping[str, Any]) -> list[Piece]:

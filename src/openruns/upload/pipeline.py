@@ -2,10 +2,11 @@
 The upload pipeline of one run in one process. Two lanes, so that metrics never wait behind
 episodes (a step's metrics are visible while its multi-MB rollouts still encode):
 
-    log_metrics()  --> "metrics": queue --> encoder thread --> handoff --> sink thread --+
-    log_episodes() --> "records": queue --> encoder thread --> handoff --> sink thread --+-> Sink
-    log_traces()                  (refs)    to_mapping, stamp,  (batches)  compress,
-                                            orjson, batch                  write / send
+    log_metrics()     --> "metrics": queue --> encoder thread --> handoff --> sink thread --+
+    log_annotations()
+    log_episodes()    --> "records": queue --> encoder thread --> handoff --> sink thread --+-> Sink
+    log_traces()                     (refs)    to_mapping, stamp,  (batches)  compress,
+                                               orjson, batch                  write / send
 
 Within a lane, work is split over two threads because encoding holds the GIL while zstd (and
 the network) release it: the encoder builds the next batch while the sink thread compresses and
@@ -23,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ..records import MetricsCleaner, index_fields, record_step, stamp_run, to_mapping
+from ..rundir import ROW_STREAMS
 from . import fork
 from .encoder import (
     Batch,
@@ -30,6 +32,7 @@ from .encoder import (
     Piece,
     encode_metrics_row,
     encode_record,
+    encode_row,
     yield_gil,
 )
 from .queue import Item, RecordQueue
@@ -44,7 +47,7 @@ POLL_SECONDS = 0.2
 MAX_BATCH_AGE = 1.0
 HANDOFF_BATCHES = 2
 BATCH_BYTES = 8 * 1024 * 1024
-LANES = {"metrics": ("metrics",), "records": ("episodes", "traces")}
+LANES = {"metrics": ROW_STREAMS, "records": ("episodes", "traces")}
 
 
 class Sink(Protocol):
@@ -107,7 +110,7 @@ class Pipeline:
     def put(self, item: Item) -> bool:
         if not self._started:
             self.start()  # a forked child starts its threads on first use
-        lane = self._lanes["metrics" if item.kind == "metrics" else "records"]
+        lane = self._lanes["metrics" if item.kind in ROW_STREAMS else "records"]
         return lane.queue.put(item)
 
     @property
@@ -180,6 +183,14 @@ class Pipeline:
         self.stats.dropped_values = self._cleaner.dropped_values
         return encode_metrics_row(item.step, item.ts, values)
 
+    def annotation_line(self, annotation: Mapping[str, Any], ts: float) -> list[Piece] | None:
+        try:
+            row = annotation if "ts" in annotation else {**annotation, "ts": ts}
+            return encode_row(row)
+        except Exception as exc:
+            self.stats.count_failed("encode", 1, exc, "encoding an annotation")
+            return None
+
     def record_line(
         self, stream: str, record: Any, step: int | None
     ) -> tuple[list[Piece], dict[str, Any]] | None:
@@ -242,6 +253,13 @@ class _Lane:
                 builder = builders[item.kind]
                 if item.kind == "metrics":
                     self._hand_on(builder.add(pipeline.metrics_line(item)))
+                    yield_gil()
+                    continue
+                if item.kind == "annotations":
+                    for annotation in item.payload:
+                        line = pipeline.annotation_line(annotation, item.ts)
+                        if line is not None:
+                            self._hand_on(builder.add(line))
                     yield_gil()
                     continue
                 for record in item.payload:

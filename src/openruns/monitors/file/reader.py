@@ -6,6 +6,7 @@ Reading what the file monitor wrote, while it writes or after it crashed.
     rows = reader.index()                            # one row per episode, arrival order
     episode = reader.read(rows[-1])                  # one seek, one frame decompressed
     for episode in reader.episodes(): ...            # the whole stream, from the chunks
+    reader.annotations()                             # {producer: [annotation, ...]}
 
 A torn last line or frame (a writer killed mid-write) ends what is read; nothing before it is
 lost. From a shell: `zstd -dc outputs/monitors/file/episodes/*.zst | jq .id`.
@@ -63,6 +64,20 @@ class FileMonitorReader:
         """Every episode in arrival order, read from the chunks (the index is not needed)."""
         for line in self.lines():
             yield orjson.loads(line)
+
+    def annotations(self) -> dict[str, list[dict[str, Any]]]:
+        """Each producer's annotations, in the order it wrote them."""
+        root = self.dir / "annotations"
+        if not root.is_dir():
+            return {}
+        return {
+            stream.name: [
+                orjson.loads(line)
+                for n in chunk_numbers(stream)
+                for line in _chunk_lines(stream, n)
+            ]  # fmt: skip
+            for stream in sorted(p for p in root.iterdir() if p.is_dir())
+        }
 
     def lines(self) -> Iterator[bytes]:
         """Every episode's NDJSON line (newline excluded), streamed chunk by chunk."""

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
-from . import episodes, export, health, metrics, runs
+from . import episodes, export, health, metrics, rollouts, runs
+
+# Not `from . import annotations`: that name is the __future__ feature imported above.
+from .annotations import router as annotations_router
 
 __all__ = ["ROUTERS"]
 
-ROUTERS = (health.router, runs.router, metrics.router, episodes.router, export.router)
+ROUTERS = (
+    health.router,
+    runs.router,
+    metrics.router,
+    episodes.router,
+    annotations_router,
+    export.router,
+    rollouts.router,
+)

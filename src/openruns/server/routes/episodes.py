@@ -8,6 +8,7 @@ from fastapi import APIRouter, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from ..annotations import fold
 from ..errors import not_found
 from ..handlers import JSON
 from ..ingest import upload_episodes
@@ -22,6 +23,12 @@ __all__ = ["router"]
 router = APIRouter(tags=["episodes"])
 
 Stream = Literal["episodes", "traces"]
+By = Annotated[
+    Literal["dispatched", "trained"],
+    Query(description="a step is the one episodes were dispatched at, or trained at"),
+]
+Kind = Annotated[Literal["train", "eval"] | None, Query(description="default: both")]
+Subset = Annotated[str | None, Query(max_length=32, description="a cohort: all, effective")]
 
 
 @router.post(
@@ -57,10 +64,19 @@ async def steps(
         int | None,
         Query(ge=-(2**63), le=MAX_STEP, description="only steps >= this (live polling)"),
     ] = None,
+    by: By = "dispatched",
+    kind: Kind = None,
+    subset: Subset = None,
+    env: Annotated[str | None, Query(max_length=1024)] = None,
 ) -> JSON:
-    """Per step: how many records, and their mean reward."""
+    """Per step (dispatched at, or trained at): how many records, their mean reward, and how
+    many of them are off-policy (trained at another step than dispatched at)."""
     run = await readable_run(state, caller, run_id)
-    return JSON(await state.store.steps(run["seq"], stream, step_min))
+    return JSON(
+        await state.store.steps(
+            run["seq"], stream, step_min, by=by, kind=kind, subset=subset, env=env
+        )
+    )
 
 
 @router.get("/runs/{run_id}/episodes", response_model=EpisodesPage)
@@ -73,18 +89,25 @@ async def list_episodes(
     sort: Literal["step", "reward", "-reward"] = "step",
     env: Annotated[str | None, Query(max_length=1024)] = None,
     ok: bool | None = None,
+    kind: Kind = None,
+    subset: Subset = None,
+    by: By = "dispatched",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> JSON:
-    """Index rows, sorted (NULLs last) and filtered, one page at a time."""
+    """Index rows, sorted (NULLs last) and filtered, one page at a time. `step` with
+    `by=trained`: the episodes an annotation says were trained at that step."""
     run = await readable_run(state, caller, run_id)
     after = decode_cursor(cursor, ((int, float, type(None)), (int,)))
     items, last = await state.store.list_episodes(
         run["seq"],
         stream=stream,
         step=step,
+        by=by,
         env=env,
         ok=ok,
+        kind=kind,
+        subset=subset,
         sort=sort,
         limit=limit,
         after=(after[0], after[1]) if after else None,
@@ -97,8 +120,18 @@ async def list_episodes(
     "/runs/{run_id}/episodes/{episode_id:path}",
     responses={200: {"content": {"application/json": {}}, "description": "the stored record"}},
 )
-async def get_episode(run_id: str, episode_id: str, state: State, caller: Caller) -> Response:
-    """One whole record, exactly the JSON line that was uploaded."""
+async def get_episode(
+    run_id: str,
+    episode_id: str,
+    state: State,
+    caller: Caller,
+    annotations: Annotated[
+        bool, Query(description="false: the record exactly as uploaded, without annotations")
+    ] = True,
+) -> Response:
+    """One whole record: the JSON line that was uploaded, with the annotations about it folded
+    in (`info` merged, `annotated_branches`, and an `annotations` summary with its
+    `trained_step`), unless `annotations=false`."""
     run = await readable_run(state, caller, run_id)
     where = await state.store.locate_episode(run["seq"], episode_id)
     if where is None:
@@ -107,4 +140,8 @@ async def get_episode(run_id: str, episode_id: str, state: State, caller: Caller
         state.blobs.get_range, where["blob_key"], where["frame_offset"], where["frame_length"]
     )
     record = await run_in_threadpool(read_record, frame, where["offset"], where["length"])
+    if annotations:
+        rows = await state.store.annotations_of(run["seq"], episode_id)
+        if rows:
+            record = await run_in_threadpool(fold, record, rows)
     return Response(record, media_type="application/json")

@@ -1,24 +1,31 @@
 """
 Exports, streamed page by page so memory stays flat whatever the run's size:
 
-- metrics.ndjson / metrics.parquet: one row per point, `key, step, value, ts`, by key then step.
-- episodes.ndjson: the stored records, byte for byte, in upload order.
-- episodes.parquet: the index columns plus `record`, the record's JSON text.
+- metrics.ndjson / metrics.parquet: one row per point, `key, step, value, ts`, by key then step;
+  then the rows logged without a step (`step` null), by key then time. `kind=eval`: only the
+  keys under `eval/`; `kind=train`: the others.
+- episodes.ndjson: the stored records, byte for byte, in upload order (of the episodes that
+  match `kind`, `subset`, `env` when given).
+- episodes.parquet: the index columns (with `trained_step`) plus `record`, the record's JSON
+  text.
+- annotations.ndjson: every annotation as sent, with its producer and time, in stored order.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 
+from ..annotations import public
 from ..segments import iter_segment, read_record
 from ..state import ServerState
 from ..store.episodes import INDEX_COLUMNS
+from ..store.metrics import is_kind
 from .deps import Caller, State, readable_run
 
 __all__ = ["router"]
@@ -28,7 +35,13 @@ router = APIRouter(tags=["export"])
 METRICS_PAGE = 50_000
 EPISODES_PAGE = 500
 
-Export = Literal["metrics.ndjson", "metrics.parquet", "episodes.ndjson", "episodes.parquet"]
+Export = Literal[
+    "metrics.ndjson",
+    "metrics.parquet",
+    "episodes.ndjson",
+    "episodes.parquet",
+    "annotations.ndjson",
+]
 
 
 @router.get(
@@ -46,19 +59,32 @@ async def export(
     state: State,
     caller: Caller,
     stream: Literal["episodes", "traces"] = "episodes",
+    kind: Annotated[
+        Literal["train", "eval"] | None,
+        Query(description="episodes of this kind; metrics: eval = the keys under `eval/`"),
+    ] = None,
+    subset: Annotated[str | None, Query(max_length=32, description="episodes of a cohort")] = None,
+    env: Annotated[str | None, Query(max_length=1024, description="episodes of an env")] = None,
 ) -> StreamingResponse:
-    """Metrics or episodes (`stream=traces` for bare traces) as NDJSON or Parquet."""
+    """Metrics, episodes (`stream=traces` for bare traces) or annotations, as NDJSON or
+    Parquet; `kind`, `subset` and `env` select what is exported (default everything)."""
     run = await readable_run(state, caller, run_id)
     seq = run["seq"]
+    filters = {"kind": kind, "subset": subset, "env": env}
     body: AsyncIterator[bytes]
     if name == "metrics.ndjson":
-        body = _metrics_ndjson(state, seq)
+        body = _metrics_ndjson(state, seq, kind)
     elif name == "metrics.parquet":
-        body = _parquet(_metrics_tables(state, seq))
+        body = _parquet(_metrics_tables(state, seq, kind))
     elif name == "episodes.ndjson":
-        body = _episodes_ndjson(state, seq, stream)
+        if any(v is not None for v in filters.values()):
+            body = _episodes_ndjson_filtered(state, seq, stream, filters)
+        else:
+            body = _episodes_ndjson(state, seq, stream)
+    elif name == "episodes.parquet":
+        body = _parquet(_episode_tables(state, seq, stream, filters))
     else:
-        body = _parquet(_episode_tables(state, seq, stream))
+        body = _annotations_ndjson(state, seq)
     media = "application/x-ndjson" if name.endswith(".ndjson") else "application/vnd.apache.parquet"
     filename = name.replace("episodes", stream)
     headers = {"Content-Disposition": f'attachment; filename="{run["id"]}-{filename}"'}
@@ -66,30 +92,36 @@ async def export(
 
 
 async def _metric_pages(
-    state: ServerState, seq: int
-) -> AsyncIterator[tuple[str, list[tuple[int, float, float | None]]]]:
-    for name, key_id in await state.store.metric_key_ids(seq):
+    state: ServerState, seq: int, kind: str | None
+) -> AsyncIterator[tuple[str, list[tuple[int | None, float, float | None]]]]:
+    keys = [(n, k) for n, k in await state.store.metric_key_ids(seq) if is_kind(n, kind)]
+    for name, key_id in keys:
         after = -1
         while page := await state.store.metric_points(key_id, after, METRICS_PAGE):
-            yield name, page
+            yield name, list(page)
             after = page[-1][0]
+    for name, key_id in keys:
+        after_ts = float("-inf")
+        while timed := await state.store.metric_time_points(key_id, after_ts, METRICS_PAGE):
+            yield name, [(None, value, ts) for ts, value in timed]
+            after_ts = timed[-1][0]
 
 
-async def _metrics_ndjson(state: ServerState, seq: int) -> AsyncIterator[bytes]:
-    async for name, page in _metric_pages(state, seq):
+async def _metrics_ndjson(state: ServerState, seq: int, kind: str | None) -> AsyncIterator[bytes]:
+    async for name, page in _metric_pages(state, seq, kind):
         yield b"".join(
             orjson.dumps({"key": name, "step": s, "value": v, "ts": t}) + b"\n" for s, v, t in page
         )
 
 
-async def _metrics_tables(state: ServerState, seq: int) -> AsyncIterator[Any]:
+async def _metrics_tables(state: ServerState, seq: int, kind: str | None) -> AsyncIterator[Any]:
     import pyarrow as pa
 
     schema = pa.schema(
         [("key", pa.string()), ("step", pa.int64()), ("value", pa.float64()), ("ts", pa.float64())]
     )
     yield schema
-    async for name, page in _metric_pages(state, seq):
+    async for name, page in _metric_pages(state, seq, kind):
         steps, values, ts = zip(*page, strict=True)
         yield pa.table(
             {"key": [name] * len(page), "step": steps, "value": values, "ts": ts}, schema=schema
@@ -104,7 +136,26 @@ async def _episodes_ndjson(state: ServerState, seq: int, stream: str) -> AsyncIt
             yield piece
 
 
-async def _episode_tables(state: ServerState, seq: int, stream: str) -> AsyncIterator[Any]:
+async def _episodes_ndjson_filtered(
+    state: ServerState, seq: int, stream: str, filters: dict[str, Any]
+) -> AsyncIterator[bytes]:
+    after = 0
+    while rows := await state.store.episode_page(seq, stream, after, EPISODES_PAGE, **filters):
+        records = await run_in_threadpool(_read_records, state, rows)
+        yield "".join(record + "\n" for record in records).encode()
+        after = rows[-1]["seq"]
+
+
+async def _annotations_ndjson(state: ServerState, seq: int) -> AsyncIterator[bytes]:
+    after = 0
+    while rows := await state.store.annotation_page(seq, after, EPISODES_PAGE):
+        yield b"".join(orjson.dumps(public(r)) + b"\n" for r in rows)
+        after = rows[-1]["seq"]
+
+
+async def _episode_tables(
+    state: ServerState, seq: int, stream: str, filters: dict[str, Any]
+) -> AsyncIterator[Any]:
     import pyarrow as pa
 
     schema = pa.schema(
@@ -117,12 +168,15 @@ async def _episode_tables(state: ServerState, seq: int, stream: str) -> AsyncIte
             ("ok", pa.bool_()),
             ("tokens", pa.int64()),
             ("duration", pa.float64()),
+            ("kind", pa.string()),
+            ("subset", pa.string()),
+            ("trained_step", pa.int64()),
             ("record", pa.string()),
         ]
     )
     yield schema
     after = 0
-    while rows := await state.store.episode_page(seq, stream, after, EPISODES_PAGE):
+    while rows := await state.store.episode_page(seq, stream, after, EPISODES_PAGE, **filters):
         records = await run_in_threadpool(_read_records, state, rows)
         columns = {c: [r[c] for r in rows] for c in INDEX_COLUMNS}
         columns["record"] = records

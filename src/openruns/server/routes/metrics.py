@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request
 
 from ..handlers import JSON
 from ..ingest import upload_metrics
 from ..models import MetricKey, MetricSeries, MetricsReceipt
-from ..store.metrics import MAX_STEP
+from ..store.metrics import MAX_STEP, is_kind
 from .deps import Caller, State, readable_run, writable_run
 
 __all__ = ["NDJSON_BODY", "UploadKey", "router"]
@@ -43,7 +43,8 @@ async def post_metrics(
 ) -> JSON:
     """
     NDJSON rows `{"step": int, "ts": float, "values": {"key": number}}`, with
-    `Content-Encoding: zstd | gzip | identity`. Merged per (step, key): last write wins.
+    `Content-Encoding: zstd | gzip | identity`. Merged per (step, key): last write wins. A row
+    with `"step": null` is keyed by its `ts` (required then), merged per (ts, key).
     """
     run = await writable_run(state, caller, run_id)
     return JSON(await upload_metrics(state, request, run, idempotency_key))
@@ -64,15 +65,29 @@ async def metric_series(
     step_min: Annotated[int, Query(ge=0, le=MAX_STEP)] = 0,
     step_max: Annotated[int, Query(ge=0, le=MAX_STEP)] = MAX_STEP,
     max_points: Annotated[int, Query(ge=0, le=100_000, description="0: every point")] = 1000,
+    ts_min: Annotated[float | None, Query(description="time-keyed rows from (epoch s)")] = None,
+    ts_max: Annotated[float | None, Query(description="time-keyed rows up to (epoch s)")] = None,
+    kind: Annotated[
+        Literal["train", "eval"] | None,
+        Query(description="eval: the keys under `eval/`; train: the others; default both"),
+    ] = None,
 ) -> JSON:
     """
-    Series by key. With more points in range than `max_points`, steps are bucketed into at
-    most `max_points` buckets, each giving its last step and value and the min and max of all
-    its points, so spikes are never sampled away.
+    Series by key: `series` by step, and `time` for the rows logged without a step (by
+    timestamp). With more points in range than `max_points`, a series is bucketed into at most
+    `max_points` buckets (of steps, or of time), each giving its last point and the min and max
+    of all its points, so spikes are never sampled away.
     """
     run = await readable_run(state, caller, run_id)
     names = [k for k in keys.split(",") if k] if keys is not None else None
+    if kind is not None:
+        if names is None:
+            names = [name for name, _ in await state.store.metric_key_ids(run["seq"])]
+        names = [n for n in names if is_kind(n, kind)]
     series, downsampled = await state.store.metric_series(
         run["seq"], names, step_min, step_max, max_points
     )
-    return JSON({"series": series, "downsampled": downsampled})
+    timed, timed_downsampled = await state.store.metric_time_series(
+        run["seq"], names, ts_min, ts_max, max_points
+    )
+    return JSON({"series": series, "downsampled": downsampled or timed_downsampled, "time": timed})

@@ -65,6 +65,7 @@ async def list_runs(
     status: Status | None = None,
     name: Annotated[str | None, Query(max_length=1024, description="substring")] = None,
     tag: Annotated[str | None, Query(max_length=256)] = None,
+    group: Annotated[str | None, Query(max_length=256)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> JSON:
@@ -77,6 +78,7 @@ async def list_runs(
         status=status,
         name=name,
         tag=tag,
+        group=group,
         limit=limit + 1,
         before_seq=after[0] if after else None,
     )
@@ -92,15 +94,24 @@ async def get_run(run_id: str, state: State, caller: Caller) -> JSON:
 
 @router.patch("/runs/{run_id}", response_model=RunOut)
 async def patch_run(run_id: str, body: RunPatch, state: State, caller: Caller) -> JSON:
-    """Merge into the summary; replace tags, description (null clears it) and losses."""
+    """Merge into the summary; replace tags, description, notes, group (null clears those
+    three) and losses; `fill` sets each of its fields only where the run has none (a component
+    naming its launcher's run, or reporting its fatal error while the run runs)."""
     run = await writable_run(state, caller, run_id)
     changes = {
         k: v
         for k, v in body.model_dump(include={"summary", "tags", "losses"}).items()
         if v is not None
     }
-    if "description" in body.model_fields_set:
-        changes["description"] = body.description
+    for field in ("description", "notes", "group"):
+        if field in body.model_fields_set:
+            changes[field] = getattr(body, field)
+    if body.fill is not None:
+        fill = body.fill.model_dump(exclude_none=True)
+        if body.fill.config is not None:
+            fill["config"] = body.fill.config.model_dump(exclude_none=True)
+        if fill:
+            changes["fill"] = fill
     return JSON(public_run(state, await state.store.patch_run(run, changes)))
 
 
@@ -110,10 +121,14 @@ async def patch_run(run_id: str, body: RunPatch, state: State, caller: Caller) -
     responses={409: {"description": "the run already finished with another status"}},
 )
 async def finish_run(run_id: str, body: RunFinish, state: State, caller: Caller) -> JSON:
-    """Close a running run. The same status again is a no-op (200); another one is 409."""
+    """Close a running run. The same status again is a no-op (200); another one is 409. A
+    failure without an `error` keeps the one a component reported (PATCH fill)."""
     run = await writable_run(state, caller, run_id)
     changes = {k: v for k, v in body.model_dump(include={"summary", "losses"}).items() if v}
-    run = await state.store.finish_run(run, body.status, body.error, changes)
+    error = body.error
+    if error is None and body.status != "completed" and run["status"] == "running":
+        error = run["error"]
+    run = await state.store.finish_run(run, body.status, error, changes)
     return JSON(public_run(state, run))
 
 

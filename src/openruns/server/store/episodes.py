@@ -3,15 +3,22 @@ The episode index: one row per stored episode or trace, pointing into its segmen
 
 Listing uses keyset pages over (sort column, seq) with NULLs last, so deep pages cost the same
 as the first; the cursor carries the last row's sort value and seq.
+
+A step has two meanings in async RL: an episode is indexed by the step it was dispatched at,
+and annotations (annotations.py) may say the step it was trained at. That second step is kept
+on the index row (`trained_step`: the latest one its annotations name), set when an annotation
+arrives, or when the episode arrives after its annotations, so `by="trained"` reads a step as
+an index range too. A step's `off_policy` counts its episodes whose two steps differ
+(dispatched at N, trained at M).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from sqlalchemy import Connection, and_, func, insert, or_, select
+from sqlalchemy import Connection, and_, bindparam, case, func, insert, or_, select, update
 
-from .schema import episodes, segments
+from .schema import annotations, episodes, segments
 
 __all__ = [
     "INDEX_COLUMNS",
@@ -19,16 +26,34 @@ __all__ = [
     "add_segment",
     "list_episodes",
     "locate",
+    "mark_trained",
     "page_for_export",
     "segment_keys",
     "steps",
 ]
 
 # The index fields a reader sees (and the export's columns), in order.
-INDEX_COLUMNS = ("id", "stream", "step", "reward", "env", "ok", "tokens", "duration")
+INDEX_COLUMNS = (
+    "id",
+    "stream",
+    "step",
+    "reward",
+    "env",
+    "ok",
+    "tokens",
+    "duration",
+    "kind",
+    "subset",
+    "trained_step",
+)
 SORTS = {"step": ("step", False), "reward": ("reward", False), "-reward": ("reward", True)}
 
+StepMeaning = Literal["dispatched", "trained"]
+
 _e = episodes
+_a = annotations
+
+
 _PUBLIC = (
     _e.c.episode_id.label("id"),
     _e.c.stream,
@@ -38,7 +63,21 @@ _PUBLIC = (
     _e.c.ok,
     _e.c.tokens,
     _e.c.duration,
+    _e.c.kind,
+    _e.c.subset,
+    _e.c.trained_step,
 )
+_IN_CHUNK = 500
+
+
+def _filtered(query: Any, filters: dict[str, Any]) -> Any:
+    """`query` restricted to the index rows matching `filters` (kind, subset, env, ok; None:
+    any)."""
+    for name in ("kind", "subset", "env", "ok"):
+        value = filters.get(name)
+        if value is not None:
+            query = query.where(_e.c[name] == value)
+    return query
 
 
 def add_segment(
@@ -65,6 +104,37 @@ def add_segment(
             insert(episodes),
             [{**r, "run_seq": run_seq, "stream": stream, "segment_id": segment_id} for r in rows],
         )
+        _trained_already(conn, run_seq, [r["episode_id"] for r in rows])
+
+
+def _trained_already(conn: Connection, run_seq: int, ids: list[str]) -> None:
+    """Set trained_step on new index rows whose annotations arrived first (usually none)."""
+    steps: dict[str, int] = {}
+    for i in range(0, len(ids), _IN_CHUNK):
+        query = (
+            select(_a.c.episode_id, func.max(_a.c.step))
+            .where(_a.c.run_seq == run_seq, _a.c.episode_id.in_(ids[i : i + _IN_CHUNK]))
+            .where(_a.c.step.is_not(None))
+            .group_by(_a.c.episode_id)
+        )
+        steps.update((episode_id, step) for episode_id, step in conn.execute(query))
+    mark_trained(conn, run_seq, steps)
+
+
+def mark_trained(conn: Connection, run_seq: int, steps: dict[str, int]) -> None:
+    """Record that each episode of `steps` was trained at that step (a later step wins)."""
+    if not steps:
+        return
+    stmt = (
+        update(_e)
+        .where(
+            _e.c.run_seq == run_seq,
+            _e.c.episode_id == bindparam("eid"),
+            or_(_e.c.trained_step.is_(None), _e.c.trained_step < bindparam("trained")),
+        )
+        .values(trained_step=bindparam("trained"))
+    )
+    conn.execute(stmt, [{"eid": e, "trained": s} for e, s in steps.items()])
 
 
 def list_episodes(
@@ -73,24 +143,25 @@ def list_episodes(
     *,
     stream: str,
     step: int | None,
-    env: str | None,
-    ok: bool | None,
     sort: str,
     limit: int,
     after: tuple[Any, int] | None,
+    by: StepMeaning = "dispatched",
+    **filters: Any,
 ) -> tuple[list[dict[str, Any]], tuple[Any, int] | None]:
-    """A page of index rows and the cursor of the next page (None at the end)."""
+    """
+    A page of index rows and the cursor of the next page (None at the end). `step` is the step
+    the episodes were dispatched at, or with `by="trained"` the one they were trained at;
+    `filters`: kind, subset, env, ok.
+    """
     name, descending = SORTS[sort]
     col = _e.c[name]
     query = select(*_PUBLIC, col.label("_key"), _e.c.seq).where(
         _e.c.run_seq == run_seq, _e.c.stream == stream
     )
     if step is not None:
-        query = query.where(_e.c.step == step)
-    if env is not None:
-        query = query.where(_e.c.env == env)
-    if ok is not None:
-        query = query.where(_e.c.ok == ok)
+        query = query.where((_e.c.trained_step if by == "trained" else _e.c.step) == step)
+    query = _filtered(query, filters)
     if after is not None:
         value, seq = after
         if value is None:
@@ -126,29 +197,51 @@ def locate(conn: Connection, run_seq: int, episode_id: str) -> dict[str, Any] | 
 
 
 def steps(
-    conn: Connection, run_seq: int, stream: str, step_min: int | None = None
+    conn: Connection,
+    run_seq: int,
+    stream: str,
+    step_min: int | None = None,
+    by: StepMeaning = "dispatched",
+    **filters: Any,
 ) -> list[dict[str, Any]]:
-    """Per step: count and mean reward; with `step_min`, only steps >= it (no null step), so
-    a live reader asks only for what may have changed since it last looked."""
+    """
+    Per step (dispatched at, or with `by="trained"` trained at): count, mean reward, and
+    `off_policy`, how many of them were trained at another step than they were dispatched at.
+    With `step_min`, only steps >= it (no null step), so a live reader asks only for what may
+    have changed since it last looked. `filters`: kind, subset, env, ok.
+    """
+    trained = _e.c.trained_step
+    step = _e.c.step if by == "dispatched" else trained
+    moved = and_(trained.is_not(None), trained != _e.c.step)
     query = (
         select(
-            _e.c.step,
+            step.label("step"),
             func.count().label("count"),
             func.avg(_e.c.reward).label("avg_reward"),
+            func.coalesce(func.sum(case((moved, 1), else_=0)), 0).label("off_policy"),
         )
         .where(_e.c.run_seq == run_seq, _e.c.stream == stream)
-        .group_by(_e.c.step)
-        .order_by(_e.c.step.is_(None), _e.c.step)
+        .group_by(step)
+        .order_by(step.is_(None), step)
     )
+    if by == "trained":
+        query = query.where(trained.is_not(None))
     if step_min is not None:
-        query = query.where(_e.c.step >= step_min)
+        query = query.where(step >= step_min)
+    query = _filtered(query, filters)
     return [dict(r) for r in conn.execute(query).mappings()]
 
 
 def page_for_export(
-    conn: Connection, run_seq: int, stream: str, after_seq: int, limit: int
+    conn: Connection,
+    run_seq: int,
+    stream: str,
+    after_seq: int,
+    limit: int,
+    **filters: Any,
 ) -> list[dict[str, Any]]:
-    """Index rows in storage order with their locations, for exports."""
+    """Index rows in storage order with their locations, for exports; `filters`: kind, subset,
+    env, ok."""
     query = (
         select(
             *_PUBLIC,
@@ -164,7 +257,7 @@ def page_for_export(
         .order_by(_e.c.seq)
         .limit(limit)
     )
-    return [dict(r) for r in conn.execute(query).mappings()]
+    return [dict(r) for r in conn.execute(_filtered(query, filters)).mappings()]
 
 
 def segment_keys(conn: Connection, run_seq: int, stream: str) -> list[str]:

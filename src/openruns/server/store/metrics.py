@@ -10,6 +10,11 @@ A downsampled read covers [lo, hi] with the coarsest blocks that fit inside it a
 multiple of the block size, so no block straddles two buckets): per bucket the last value and
 its step, and the min and max of every point in it. A 1,000,000-step series at 1000 points reads
 about 4000 block rows instead of a million points.
+
+Rows logged without a step (`inference/*` sampled every few seconds) are time-keyed points, one
+per (key, timestamp), never folded into a step. They are charted against time; a downsampled
+read buckets them by time in one pass over the range (a day of 5-second samples is 17,280
+points per key, so no block summaries are kept for them).
 """
 
 from __future__ import annotations
@@ -18,13 +23,17 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, literal, select
+from sqlalchemy import Connection, and_, exists, func, insert, literal, select
 
-from .schema import BLOCK_SIZES, metric_blocks, metric_keys, metric_points
+from . import metric_times
+from .schema import BLOCK_SIZES, metric_blocks, metric_keys, metric_points, metric_time_points
 from .sql import executemany, upsert
 
 __all__ = [
+    "EVAL_PREFIX",
     "MAX_STEP",
+    "MetricPoints",
+    "is_kind",
     "key_ids",
     "key_stats",
     "points_page",
@@ -35,6 +44,24 @@ __all__ = [
 
 MAX_STEP = 2**63 - 1
 _IN_CHUNK = 500
+# Eval metrics and train metrics of one run stay apart by their keys: an online eval logs under
+# `eval/` (prime-rl's `eval/<env>/...`), and `kind=eval` / `kind=train` reads select by it.
+EVAL_PREFIX = "eval/"
+
+
+class MetricPoints(dict[tuple[str, int], tuple[float, float | None]]):
+    """The points of an upload: {(key, step): (value, ts)}, and in `by_time` {(key, ts): value}
+    for the rows that came without a step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_time: dict[tuple[str, float], float] = {}
+
+
+def is_kind(name: str, kind: str | None) -> bool:
+    """Whether metric `name` belongs to `kind` (eval: under EVAL_PREFIX; train: the rest)."""
+    return kind is None or name.startswith(EVAL_PREFIX) == (kind == "eval")
+
 
 # (count, min, max, last_step, last_value): a block, or a single point (count 1).
 Summary = tuple[int, float, float, int, float]
@@ -43,10 +70,19 @@ Summary = tuple[int, float, float, int, float]
 def write_points(
     conn: Connection, run_seq: int, points: dict[tuple[str, int], tuple[float, float | None]]
 ) -> int:
-    """Upsert {(key, step): (value, ts)} and rebuild the touched block summaries."""
-    if not points:
+    """Upsert {(key, step): (value, ts)} and rebuild the touched block summaries; upsert the
+    time-keyed points of a MetricPoints per (key, ts)."""
+    by_time: dict[tuple[str, float], float] = getattr(points, "by_time", {})
+    if not points and not by_time:
         return 0
-    ids = key_ids(conn, run_seq, {name for name, _ in points}, create=True)
+    names = {name for name, _ in points} | {name for name, _ in by_time}
+    ids = key_ids(conn, run_seq, names, create=True)
+    if by_time:
+        stmt = upsert(conn, metric_time_points, ("key_id", "ts"), ("value",))
+        timed = [(ids[name], ts, value) for (name, ts), value in by_time.items()]
+        executemany(conn, stmt, ("key_id", "ts", "value"), timed)
+    if not points:
+        return len(by_time)
     rows = [(ids[name], step, value, ts) for (name, step), (value, ts) in points.items()]
     stmt = upsert(conn, metric_points, ("key_id", "step"), ("value", "ts"))
     executemany(conn, stmt, ("key_id", "step", "value", "ts"), rows)
@@ -54,7 +90,7 @@ def write_points(
     for name, step in points:
         touched.setdefault(ids[name], set()).add(step // BLOCK_SIZES[0])
     _rebuild_blocks(conn, touched)
-    return len(rows)
+    return len(rows) + len(by_time)
 
 
 def key_ids(conn: Connection, run_seq: int, names: Iterable[str], create: bool) -> dict[str, int]:
@@ -149,7 +185,17 @@ def _spans(blocks: list[int]) -> Iterable[tuple[int, int]]:
 
 
 def key_stats(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
-    """[{key, last_step, last_value, count}] of every metric key of a run, by key name."""
+    """
+    [{key, axis, last_step, last_value, count, last_ts}] of every metric key of a run, by key
+    name: `axis` "step" for its step-keyed points, then "time" (last_step null, last_ts set)
+    for its time-keyed ones; a key logged both ways has both entries.
+    """
+    stepped = [{**row, "axis": "step", "last_ts": None} for row in _step_key_stats(conn, run_seq)]
+    timed = metric_times.key_stats(conn, run_seq)
+    return sorted(stepped + timed, key=lambda r: (r["key"], r["axis"]))
+
+
+def _step_key_stats(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
     top = len(BLOCK_SIZES)
     k, b, p = metric_keys, metric_blocks, metric_points
     agg = (
@@ -180,11 +226,16 @@ def series(
     max_points: int,
 ) -> tuple[dict[str, dict[str, list[Any]]], bool]:
     """
-    ({key: {step, value, min, max}}, downsampled) for the named keys (all when None; unknown
-    names are left out) over steps step_min..step_max. max_points=0: every point.
+    ({key: {step, value, min, max}}, downsampled) for the named keys (all keys with step-keyed
+    points when None; unknown names are left out) over steps step_min..step_max. max_points=0:
+    every point.
     """
     if names is None:
-        ids = dict(run_keys(conn, run_seq))
+        p = metric_points
+        query = select(metric_keys.c.name, metric_keys.c.id).where(
+            metric_keys.c.run_seq == run_seq, exists().where(p.c.key_id == metric_keys.c.id)
+        )
+        ids = dict(conn.execute(query.order_by(metric_keys.c.name)).all())
     else:
         found = key_ids(conn, run_seq, names, create=False)
         ids = {n: found[n] for n in dict.fromkeys(names) if n in found}

@@ -11,6 +11,7 @@ merge holds the run's row lock, and the crash sweep skips rows another replica i
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -54,6 +55,7 @@ def _run(row: RowMapping | dict[str, Any]) -> dict[str, Any]:
     for name in JSON_COLUMNS:
         if out[name] is not None:
             out[name] = orjson.loads(out[name])
+    out["group"] = out.pop("group_name", None)  # "group" is an SQL keyword; the API says group
     return out
 
 
@@ -72,11 +74,28 @@ def create_run(
     """
     Insert a run, or return the one this create already made: (run, created). A replayed
     Idempotency-Key, or an `id` that exists in the same team, returns the existing run; an `id`
-    taken by another team is a conflict. Two replicas racing with the same create both end
-    here with the same run: the insert ignores a conflict on either unique column, then reads.
+    taken by another team is a conflict. `fields["resume"]`: an existing run that ended is
+    running again (a process resumes it with an explicit id). `fields["heartbeat"]` false: no
+    process heartbeats for the run (a scheduler created it), so silence never crashes it.
+    Two replicas racing with the same create both end with the same run: the insert ignores a
+    conflict on either unique column, then reads.
     """
     existing = _existing(conn, team_id, fields["id"], create_key)
     if existing is not None:
+        if fields.get("resume"):
+            conn.execute(
+                update(runs)
+                .where(runs.c.seq == existing["seq"])
+                .values(
+                    status=RUNNING,
+                    error=None,
+                    finished_at=None,
+                    updated_at=now,
+                    last_heartbeat_at=now,
+                )
+            )
+            existing = get_run(conn, existing["id"])
+            assert existing is not None
         return existing, False
     tags = _unique(fields.get("tags") or [])
     values = {
@@ -99,7 +118,11 @@ def create_run(
         "created_at": now,
         "updated_at": now,
         "finished_at": None,
-        "last_heartbeat_at": None,
+        # A scheduler's run has no owner process to heartbeat: a heartbeat "at infinity" is never
+        # stale (the convention of prime.NO_HEARTBEAT; the API shows it as null).
+        "last_heartbeat_at": None if fields.get("heartbeat", True) else math.inf,
+        "notes": None,
+        "group_name": fields.get("group"),
     }
     seq = conn.execute(
         insert_ignore(conn, runs).values(values).returning(runs.c.seq)
@@ -143,6 +166,7 @@ def list_runs(
     tag: str | None,
     limit: int,
     before_seq: int | None,
+    group: str | None = None,
 ) -> list[dict[str, Any]]:
     """Newest first; up to `limit` runs with seq below `before_seq`."""
     query = select(runs).order_by(runs.c.seq.desc()).limit(limit)
@@ -158,31 +182,68 @@ def list_runs(
         query = query.where(runs.c.name.icontains(name, autoescape=True))
     if tag:
         query = query.where(runs.c.seq.in_(select(run_tags.c.run_seq).where(run_tags.c.tag == tag)))
+    if group:
+        query = query.where(runs.c.group_name == group)
     if before_seq is not None:
         query = query.where(runs.c.seq < before_seq)
     return [_run(row) for row in conn.execute(query).mappings()]
 
 
 def patch_run(conn: Connection, seq: int, changes: dict[str, Any], now: float) -> None:
-    """Apply a PATCH: `summary` is merged key by key, the other fields replace. The run's row
-    is locked first, so concurrent patches on two replicas apply one after the other (both
-    summary merges land; tag rewrites do not collide)."""
-    values: dict[str, Any] = {"updated_at": now}
+    """Apply a PATCH: `summary` is merged key by key, `fill` sets fields where the run has
+    none, the other fields replace. The run's row is locked first, so concurrent patches on two
+    replicas apply one after the other (both summary merges land; tag rewrites do not
+    collide)."""
     current = conn.execute(
         select(runs.c.summary).where(runs.c.seq == seq).with_for_update()
     ).scalar_one()
+    if "fill" in changes:
+        _fill(conn, seq, changes["fill"])
+    values: dict[str, Any] = {"updated_at": now}
     if "summary" in changes:
         merged = {**orjson.loads(current), **changes["summary"]}
         values["summary"] = dump_json(merged, "summary")
     if "losses" in changes:
         values["losses"] = dump_json(changes["losses"], "losses")
-    if "description" in changes:
-        values["description"] = changes["description"]
+    for field, column in (("description",) * 2, ("notes",) * 2, ("group", "group_name")):
+        if field in changes:
+            values[column] = changes[field]
     if "tags" in changes:
         tags = _unique(changes["tags"])
         values["tags"] = dump_json(tags, "tags")
         _set_tags(conn, seq, tags)
     conn.execute(update(runs).where(runs.c.seq == seq).values(values))
+
+
+# A column "has none" when it holds one of these: each fill is one conditional UPDATE, so two
+# components filling at once can never both win.
+_EMPTY_JSON = {"environments": "[]", "tags": "[]"}
+_NULLABLE = ("name", "model", "framework", "description", "config", "training")
+
+
+def _fill(conn: Connection, seq: int, fields: dict[str, Any]) -> None:
+    for name, value in fields.items():
+        if value is None or value == []:
+            continue
+        column = runs.c[name]
+        if name == "error":
+            where = [column.is_(None), runs.c.status == RUNNING]
+        elif name in _EMPTY_JSON:
+            where = [column == _EMPTY_JSON[name]]
+        elif name in _NULLABLE:
+            where = [column.is_(None)]
+        else:
+            raise bad_request("invalid_field", f"fill: {name} cannot be filled in")
+        stored = value
+        if name == "tags":
+            value = _unique(value)
+        if name in JSON_COLUMNS:
+            stored = dump_json(value, name)
+        done = conn.execute(
+            update(runs).where(runs.c.seq == seq, *where).values({name: stored})
+        ).rowcount
+        if done and name == "tags":
+            _set_tags(conn, seq, value)
 
 
 def finish_run(

@@ -9,9 +9,17 @@ create it; a change here needs a new numbered migration.
 - metric_blocks: per key, the count/min/max/last of every aligned block of BLOCK_SIZES[level]
   steps, rebuilt for the blocks each upload touches; a downsampled read of a long series reads
   these instead of every point.
+- metric_time_points: rows logged without a step, one per (metric key, timestamp).
 - segments / episodes: one immutable blob per episodes upload, and one index row per record
   pointing into it (the zstd frame holding it, and the record's place inside that frame).
+- annotations: later facts about an episode (the step it was trained at, advantage, ...), from
+  any producer, append-only, folded into the episode when it is read.
 - receipts: the answer to every bulk upload, by Idempotency-Key, so a replay stores nothing.
+- prime_environments / prime_objects: what the Prime wire (server/prime/) keeps beyond runs,
+  metrics and episodes: environment ids handed out by the hub calls, and the eval sample rows
+  and training Parquet objects stored in the blob store, one row per object.
+- episode_search (migration 0006): the full-text index of rollouts; its shape differs by
+  dialect (FTS5 / tsvector), so it is not a Table here: store/search.py writes its SQL.
 """
 
 from __future__ import annotations
@@ -33,12 +41,16 @@ from sqlalchemy import (
 
 __all__ = [
     "BLOCK_SIZES",
+    "annotations",
     "api_keys",
     "episodes",
     "metadata",
     "metric_blocks",
     "metric_keys",
     "metric_points",
+    "metric_time_points",
+    "prime_environments",
+    "prime_objects",
     "receipts",
     "run_tags",
     "runs",
@@ -103,9 +115,12 @@ runs = Table(
     Column("updated_at", Float, nullable=False),
     Column("finished_at", Float),
     Column("last_heartbeat_at", Float),
+    Column("notes", Text),
+    Column("group_name", String(256)),
     UniqueConstraint("team_id", "create_key", name="uq_runs_team_create_key"),
     Index("ix_runs_team_seq", "team_id", "seq"),
     Index("ix_runs_status", "status"),
+    Index("ix_runs_team_group", "team_id", "group_name"),
 )
 
 run_tags = Table(
@@ -149,6 +164,15 @@ metric_blocks = Table(
     sqlite_with_rowid=False,
 )
 
+metric_time_points = Table(
+    "metric_time_points",
+    metadata,
+    Column("key_id", Integer, primary_key=True),
+    Column("ts", Float, primary_key=True),
+    Column("value", Float, nullable=False),
+    sqlite_with_rowid=False,
+)
+
 segments = Table(
     "segments",
     metadata,
@@ -175,6 +199,9 @@ episodes = Table(
     Column("ok", Boolean),
     Column("tokens", BigInteger),
     Column("duration", Float),
+    Column("kind", String(16)),  # train | eval (run.work.type, else the run's kind)
+    Column("subset", String(32)),  # the cohort it was logged as (all, effective), if any
+    Column("trained_step", BigInteger),  # the latest step its annotations say it trained at
     Column("segment_id", Integer, nullable=False),
     # The zstd frame holding the record (bytes of the blob), then the record's line inside
     # the decompressed frame (without its newline).
@@ -182,8 +209,26 @@ episodes = Table(
     Column("frame_length", Integer, nullable=False),
     Column("offset", Integer, nullable=False),
     Column("length", Integer, nullable=False),
-    Index("ix_episodes_run_step", "run_seq", "stream", "step", "reward"),
+    Index("ix_episodes_run_step", "run_seq", "stream", "step", "reward", "trained_step"),
     Index("ix_episodes_run_id", "run_seq", "episode_id"),
+    Index("ix_episodes_run_kind_step", "run_seq", "stream", "kind", "step"),
+    Index("ix_episodes_run_trained", "run_seq", "stream", "trained_step", "reward", "step"),
+)
+
+annotations = Table(
+    "annotations",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("run_seq", Integer, nullable=False),
+    Column("episode_id", String(256), nullable=False),
+    Column("trace_id", String(256)),
+    Column("producer", String(128), nullable=False),
+    Column("step", BigInteger),  # the step the episode was trained at, when the fact says
+    Column("ts", Float, nullable=False),
+    Column("body", Text, nullable=False),  # the annotation's JSON, as sent
+    # (episode, step): the trained step of an episode is read from the index alone.
+    Index("ix_annotations_run_episode", "run_seq", "episode_id", "step"),
+    Index("ix_annotations_run_step", "run_seq", "step", "episode_id"),
 )
 
 receipts = Table(
@@ -194,4 +239,35 @@ receipts = Table(
     Column("key", String(256), primary_key=True),
     Column("response", Text, nullable=False),
     Column("created_at", Float, nullable=False),
+)
+
+
+# -- the Prime wire (migration 0003) -------------------------------------------------------------
+
+prime_environments = Table(
+    "prime_environments",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("team_id", String(128), nullable=False),
+    Column("owner", String(256), nullable=False),
+    Column("name", String(256), nullable=False),
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("team_id", "owner", "name", name="uq_prime_environments_team_slug"),
+)
+
+prime_objects = Table(
+    "prime_objects",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_seq", Integer, nullable=False),
+    # eval_samples: one POST /evaluations/{id}/samples (zstd NDJSON of the rows as sent);
+    # train_samples: one confirmed training-samples Parquet object, as PUT.
+    Column("kind", String(16), nullable=False),
+    Column("step", BigInteger),
+    Column("blob_key", String(512), nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("rows", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("run_seq", "blob_key", name="uq_prime_objects_run_blob"),
+    Index("ix_prime_objects_run_kind", "run_seq", "kind", "step", "id"),
 )

@@ -1,7 +1,7 @@
 """
 Store: every metadata read and write the server makes, as awaitable methods.
 
-    store = Store.open(settings.database_url, heartbeat_timeout=300)
+    store = Store.open(settings.sqlalchemy_url(), heartbeat_timeout=300)
     run, created = await store.create_run("team", {"id": ..., "kind": "eval"}, None)
     await store.ingest_metrics(run["seq"], key, points, rows=10)
     store.close()
@@ -24,7 +24,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from . import episodes, keys, metrics, runs
+from . import episodes, keys, metric_times, metrics, prime, rewards, runs, search, timeline
+from .annotations import add as add_annotations
+from .annotations import of_episode as annotations_of_episode
+from .annotations import page as annotations_page
 from .db import Database
 from .receipts import get_receipt, put_receipt
 from .sql import lock_run
@@ -166,7 +169,39 @@ class Store:
 
         return await self.db.write(write)
 
+    async def ingest_annotations(
+        self, run_seq: int, key: str, rows: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Append the annotations and store the receipt, unless `key` was stored already."""
+
+        def write(conn: Connection) -> dict[str, Any]:
+            lock_run(conn, run_seq)
+            prior = get_receipt(conn, run_seq, "annotations", key)
+            if prior is not None:
+                return prior
+            add_annotations(conn, run_seq, rows)
+            trained: dict[str, int] = {}
+            for row in rows:
+                if row["step"] is not None:
+                    trained[row["episode_id"]] = max(
+                        row["step"], trained.get(row["episode_id"], row["step"])
+                    )
+            episodes.mark_trained(conn, run_seq, trained)
+            receipt = {"status": "committed", "annotations": len(rows), "receipt": key}
+            put_receipt(conn, run_seq, "annotations", key, receipt, time.time())
+            return receipt
+
+        return await self.db.write(write)
+
     # -- reads ------------------------------------------------------------------------------
+
+    async def annotations_of(self, run_seq: int, episode_id: str) -> list[dict[str, Any]]:
+        return await self.db.read(annotations_of_episode, run_seq, episode_id)
+
+    async def annotation_page(
+        self, run_seq: int, after_seq: int, limit: int, episode_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        return await self.db.read(annotations_page, run_seq, after_seq, limit, episode_id)
 
     async def metric_keys(self, run_seq: int) -> list[dict[str, Any]]:
         return await self.db.read(metrics.key_stats, run_seq)
@@ -181,6 +216,23 @@ class Store:
     ) -> tuple[dict[str, dict[str, list[Any]]], bool]:
         return await self.db.read(metrics.series, run_seq, names, step_min, step_max, max_points)
 
+    async def metric_time_series(
+        self,
+        run_seq: int,
+        names: list[str] | None,
+        ts_min: float | None,
+        ts_max: float | None,
+        max_points: int,
+    ) -> tuple[dict[str, dict[str, list[Any]]], bool]:
+        return await self.db.read(
+            metric_times.time_series, run_seq, names, ts_min, ts_max, max_points
+        )
+
+    async def metric_time_points(
+        self, key_id: int, after_ts: float, limit: int
+    ) -> list[tuple[float, float]]:
+        return await self.db.read(metric_times.time_points_page, key_id, after_ts, limit)
+
     async def metric_key_ids(self, run_seq: int) -> list[tuple[str, int]]:
         return await self.db.read(metrics.run_keys, run_seq)
 
@@ -190,9 +242,11 @@ class Store:
         return await self.db.read(metrics.points_page, key_id, after_step, limit)
 
     async def steps(
-        self, run_seq: int, stream: str, step_min: int | None = None
+        self, run_seq: int, stream: str, step_min: int | None = None, **query: Any
     ) -> list[dict[str, Any]]:
-        return await self.db.read(episodes.steps, run_seq, stream, step_min)
+        return await self.db.read(
+            lambda conn: episodes.steps(conn, run_seq, stream, step_min, **query)
+        )
 
     async def list_episodes(
         self, run_seq: int, **query: Any
@@ -203,9 +257,121 @@ class Store:
         return await self.db.read(episodes.locate, run_seq, episode_id)
 
     async def episode_page(
-        self, run_seq: int, stream: str, after_seq: int, limit: int
+        self, run_seq: int, stream: str, after_seq: int, limit: int, **filters: Any
     ) -> list[dict[str, Any]]:
-        return await self.db.read(episodes.page_for_export, run_seq, stream, after_seq, limit)
+        return await self.db.read(
+            lambda conn: episodes.page_for_export(
+                conn, run_seq, stream, after_seq, limit, **filters
+            )
+        )
 
     async def segment_keys(self, run_seq: int, stream: str) -> list[str]:
         return await self.db.read(episodes.segment_keys, run_seq, stream)
+
+    # -- the Prime wire (server/prime/; SQL in prime.py) ------------------------------------
+
+    async def prime_environment(self, team_id: str, owner: str, name: str) -> dict[str, Any]:
+        return await self.db.write(prime.resolve_environment, team_id, owner, name, time.time())
+
+    async def prime_environment_names(self, team_id: str, ids: list[str]) -> dict[str, str]:
+        return await self.db.read(prime.environment_names, team_id, ids)
+
+    async def prime_create_run(self, team_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+        return await self.db.write(prime.create_run, team_id, fields, time.time())
+
+    async def prime_update_run(
+        self, run: dict[str, Any], config: dict[str, Any] | None, summary: dict[str, Any] | None
+    ) -> None:
+        await self.db.write(prime.update_run, run["seq"], config, summary, time.time())
+
+    async def prime_close_run(
+        self,
+        run: dict[str, Any],
+        status: str,
+        error: str | None,
+        summary: dict[str, Any] | None,
+        *,
+        repeat_ok: bool,
+    ) -> dict[str, Any]:
+        def write(conn: Connection) -> bool:
+            return prime.close_run(
+                conn, run["seq"], status, error, summary, time.time(), repeat_ok=repeat_ok
+            )
+
+        await self.db.write(write)
+        return await self._reread(run)
+
+    async def prime_metric_row(
+        self,
+        run_seq: int,
+        key: str,
+        step: int | None,
+        values: dict[str, float],
+        ts: float | None,
+    ) -> dict[str, Any]:
+        return await self.db.write(
+            prime.ingest_metric_row, run_seq, key, step, values, ts, time.time()
+        )
+
+    async def prime_add_object(
+        self,
+        run_seq: int,
+        kind: str,
+        step: int | None,
+        blob_key: str,
+        nbytes: int,
+        rows: int,
+        receipt: tuple[str, dict[str, Any]] | None,
+    ) -> bool:
+        return await self.db.write(
+            prime.add_object, run_seq, kind, step, blob_key, nbytes, rows, receipt, time.time()
+        )
+
+    async def prime_objects(
+        self, run_seq: int, kind: str, step: int | None = None
+    ) -> list[dict[str, Any]]:
+        return await self.db.read(prime.list_objects, run_seq, kind, step)
+
+    async def prime_upload_receipt(self, run_seq: int, key: str) -> dict[str, Any] | None:
+        return await self.db.read(prime.upload_receipt, run_seq, key)
+
+    async def prime_put_upload_receipt(
+        self, run_seq: int, key: str, receipt: dict[str, Any]
+    ) -> None:
+        await self.db.write(prime.put_upload_receipt, run_seq, key, receipt, time.time())
+
+    # -- rollouts: search, record locations, reward distributions, step times (issue 14) ----
+
+    async def search_cursor(self) -> int:
+        return await self.db.read(search.indexed_seq)
+
+    async def search_pending(self, after_seq: int, limit: int) -> list[dict[str, Any]]:
+        return await self.db.read(search.pending, after_seq, limit)
+
+    async def index_documents(self, expected: int, new: int, docs: list[search.Document]) -> bool:
+        return await self.db.write(search.add_documents, expected, new, docs)
+
+    async def search(self, run_seq: int, query: Any, **filters: Any) -> list[dict[str, Any]]:
+        return await self.db.read(lambda conn: search.search(conn, run_seq, query, **filters))
+
+    async def search_progress(self, run_seq: int) -> dict[str, int]:
+        return await self.db.read(search.run_progress, run_seq)
+
+    async def locations(self, run_seq: int, ids: list[str]) -> dict[str, dict[str, Any]]:
+        return await self.db.read(search.locations, run_seq, ids)
+
+    async def places(self, seqs: list[int]) -> dict[int, dict[str, Any]]:
+        return await self.db.read(search.places, seqs)
+
+    async def step_rewards(self, run_seq: int, stream: str, step: int) -> dict[str, Any]:
+        return await self.db.read(rewards.step_rewards, run_seq, stream, step)
+
+    async def reward_quantiles(
+        self, run_seq: int, stream: str, step_min: int | None, step_max: int | None, max_points: int
+    ) -> dict[str, list[Any]]:
+        return await self.db.read(
+            rewards.reward_quantiles, run_seq, stream, step_min, step_max, max_points
+        )
+
+    async def timeline(self, run_seq: int, points: int) -> dict[str, list[Any]]:
+        return await self.db.read(timeline.timeline, run_seq, points)

@@ -5,9 +5,11 @@ data of its own and shows no more than the API would to the same caller:
 
     /                                  runs: filter, search, pages of 50
     /runs/{run_id}                     one run: header, live charts, steps, config, summary
-    /runs/{run_id}/steps/{step}        the episodes of one step, sorted by reward
-    /runs/{run_id}/episodes/{id}       one episode: its traces, messages, rewards, timing
+    /runs/{run_id}/steps/{step}        the episodes of one step: previews, reward histogram
+    /runs/{run_id}/episodes/{id}       one record as chats (any common shape), prev/next
+    /runs/{run_id}/search?q=...        full-text search over the run's rollouts
     /compare?runs=a,b                  several runs' series overlaid
+    /compare/episodes?run_a=&a=&...    two records side by side
 
 Path parameters are never written into the HTML: the scripts read them from the location.
 """
@@ -31,9 +33,11 @@ router = APIRouter(include_in_schema=False)
 _PAGES = {
     "runs": ("Runs", False),
     "run": ("Run", True),
-    "step": ("Step", False),
+    "step": ("Step", True),
     "episode": ("Episode", False),
+    "search": ("Search", False),
     "compare": ("Compare runs", True),
+    "pair": ("Side by side", False),
 }
 
 
@@ -77,6 +81,16 @@ async def episode_page(run_id: str, episode_id: str) -> HTMLResponse:
     return _page("episode")
 
 
+@router.get("/runs/{run_id}/search")
+async def search_page(run_id: str) -> HTMLResponse:
+    return _page("search")
+
+
 @router.get("/compare")
 async def compare_page() -> HTMLResponse:
     return _page("compare")
+
+
+@router.get("/compare/episodes")
+async def pair_page() -> HTMLResponse:
+    return _page("pair")

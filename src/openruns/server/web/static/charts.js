@@ -7,18 +7,24 @@
 // comes back; double-click (autorange) reloads the whole range. Live points are appended with
 // append(), and a chart that has grown past twice its width is reloaded at its width.
 //
-// ChartGrid lays charts out in groups by key prefix ("train/loss" -> "train"), creates each
-// chart's plot only when it scrolls into view, and passes live points and the step marker on.
+// Every chart follows the page's chart settings (kept in this browser): EMA smoothing, with
+// the raw series drawn faint behind; a log y axis; the x axis by step, wall time or time
+// since the run started (a step's time is interpolated between the run's /timeline anchors).
+//
+// ChartGrid lays charts out in groups by key prefix ("train/loss" -> "train") and loads every
+// chart at once, several keys per request, drawing them one after another without blocking
+// the page: nothing waits to be scrolled to. BandChart draws the p10-p90 band and median of
+// the episodes' rewards per step.
 
-import { api } from "./common.js";
+import { api, h, prefs } from "./common.js";
 
 export const COLORS = [
   "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
-  "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+  "#17becf", "#8c564b", "#e377c2", "#3f51b5", "#bcbd22",
 ];
 
 // Plotly's bundle loads async (pages.py); charts draw once it has run.
-const plotlyReady = new Promise((resolve, reject) => {
+export const plotlyReady = new Promise((resolve, reject) => {
   const script = document.getElementById("plotly");
   if (window.Plotly || !script) resolve();
   script?.addEventListener("load", () => resolve());
@@ -27,6 +33,34 @@ const plotlyReady = new Promise((resolve, reject) => {
 
 const MARGIN = { l: 56, r: 12, t: 30, b: 34 };
 const ZOOM_DEBOUNCE_MS = 150;
+const KEYS_PER_READ = 8; // metric keys asked for in one request while the grid loads
+const READS_IN_FLIGHT = 2;
+const TIMELINE_POINTS = 400;
+
+// -- colours --------------------------------------------------------------------------------
+
+function hash(text) {
+  let h32 = 0x811c9dc5; // FNV-1a
+  for (let i = 0; i < text.length; i++) {
+    h32 ^= text.charCodeAt(i);
+    h32 = Math.imul(h32, 0x01000193);
+  }
+  return h32 >>> 0;
+}
+
+// A colour per run, the same on every chart and page: its id picks a palette slot; runs shown
+// together that pick the same slot take the next free one, in the order given.
+export function runColors(ids) {
+  const taken = new Set();
+  const out = new Map();
+  for (const id of ids) {
+    let slot = hash(id) % COLORS.length;
+    for (let i = 0; i < COLORS.length && taken.has(slot); i++) slot = (slot + 1) % COLORS.length;
+    taken.add(slot);
+    out.set(id, COLORS[slot]);
+  }
+  return out;
+}
 
 function hexToRgba(hex, alpha) {
   const n = parseInt(hex.slice(1), 16);
@@ -39,21 +73,126 @@ function plotlyText(text) {
   return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 }
 
+// -- settings -------------------------------------------------------------------------------
+
+const DEFAULTS = { smoothing: 0, logY: false, xAxis: "step" };
+const X_AXES = { step: "step", wall: "wall time", relative: "time since start" };
+
+export const settings = { ...DEFAULTS, ...prefs.get("charts", {}) };
+const listeners = new Set();
+
+function changeSettings(changes) {
+  Object.assign(settings, changes);
+  prefs.set("charts", settings);
+  for (const listener of listeners) listener();
+}
+
+// The controls of the page's chart settings.
+export function settingsBar() {
+  const smoothing = h("input", { type: "range", id: "smoothing", min: "0", max: "0.99", step: "0.01", value: String(settings.smoothing) });
+  const shown = h("output", { for: "smoothing", id: "smoothing-value" }, settings.smoothing.toFixed(2));
+  smoothing.addEventListener("input", () => {
+    shown.textContent = Number(smoothing.value).toFixed(2);
+    changeSettings({ smoothing: Number(smoothing.value) });
+  });
+  const log = h("input", { type: "checkbox", id: "log-y", checked: settings.logY });
+  log.addEventListener("change", () => changeSettings({ logY: log.checked }));
+  const axis = h("select", { id: "x-axis" }, Object.entries(X_AXES).map(([value, label]) => h("option", { value }, label)));
+  axis.value = settings.xAxis;
+  axis.addEventListener("change", () => changeSettings({ xAxis: axis.value }));
+  return h("div", { class: "chart-settings filters" },
+    h("label", {}, "Smoothing (EMA)", h("span", { class: "inline" }, smoothing, shown)),
+    h("label", { class: "check" }, log, " log scale (y)"),
+    h("label", {}, "X axis", axis));
+}
+
+// Exponential moving average, debiased at the start (as TensorBoard draws it); gaps stay gaps.
+export function ema(values, weight) {
+  let last = 0;
+  let n = 0;
+  return values.map((v) => {
+    if (v === null || !Number.isFinite(v)) return null;
+    last = last * weight + (1 - weight) * v;
+    n += 1;
+    return last / (1 - weight ** n);
+  });
+}
+
+// -- time axes ------------------------------------------------------------------------------
+
+// When each step of a run happened: anchors read from /timeline, interpolated between (and
+// extended past the ends at the nearest segment's rate).
+export class Timeline {
+  constructor(runId) {
+    this.runId = runId;
+    this.steps = [];
+    this.ts = [];
+    this.loading = null;
+  }
+
+  load() {
+    this.loading ??= api(`/runs/${encodeURIComponent(this.runId)}/timeline`, { points: TIMELINE_POINTS })
+      .then((body) => {
+        this.steps = body.step;
+        this.ts = body.ts;
+      })
+      .finally(() => { this.loading = null; });
+    return this.loading;
+  }
+
+  get known() {
+    return this.steps.length > 0;
+  }
+
+  get origin() {
+    return this.ts[0];
+  }
+
+  // Epoch seconds of a step.
+  time(step) {
+    return interpolate(this.steps, this.ts, step);
+  }
+
+  // The step at epoch seconds `t`.
+  step(t) {
+    return interpolate(this.ts, this.steps, t);
+  }
+}
+
+function interpolate(xs, ys, x) {
+  const n = xs.length;
+  if (n === 1) return ys[0];
+  let i = 1;
+  let lo = 1;
+  let hi = n - 1;
+  while (lo <= hi) { // first anchor at or after x, within [1, n - 1]
+    const mid = (lo + hi) >> 1;
+    if (xs[mid] < x) lo = mid + 1;
+    else { i = mid; hi = mid - 1; }
+  }
+  if (lo > n - 1) i = n - 1;
+  const [x0, x1, y0, y1] = [xs[i - 1], xs[i], ys[i - 1], ys[i]];
+  return x1 === x0 ? y0 : y0 + ((x - x0) * (y1 - y0)) / (x1 - x0);
+}
+
+// -- one chart ------------------------------------------------------------------------------
+
 function emptySeries() {
   return { step: [], value: [], min: [], max: [] };
 }
 
 export class SeriesChart {
-  // sources: [{runId, label, color}]; onStep(step) is called when a point is clicked.
-  constructor(container, key, sources, { onStep } = {}) {
+  // sources: [{runId, label, color, timeline}]; onStep(step) is called when a point is clicked.
+  constructor(container, key, sources, { onStep, title } = {}) {
     this.container = container;
     this.key = key;
+    this.title = title ?? key;
     this.sources = sources;
     this.onStep = onStep;
     this.data = new Map(sources.map((s) => [s.runId, emptySeries()]));
     this.last = new Map(); // runId -> the last step known, zoomed in or not
     this.downsampled = false;
-    this.zoom = null; // [lo, hi] while zoomed in
+    this.zoom = null; // [lo, hi] steps while zoomed in
     this.marker = null;
     this.loaded = false;
     this.loading = null;
@@ -74,6 +213,22 @@ export class SeriesChart {
     return { series: body.series[this.key] || emptySeries(), downsampled: body.downsampled };
   }
 
+  // Data read elsewhere (the grid's batched reads of the whole range).
+  async accept(answers) {
+    await plotlyReady;
+    answers.forEach((answer, i) => this.take(this.sources[i].runId, answer.series));
+    this.downsampled = answers.some((a) => a.downsampled);
+    this.loaded = true;
+    this.render();
+  }
+
+  take(runId, series) {
+    this.data.set(runId, series);
+    const steps = series.step;
+    const end = steps.length ? steps[steps.length - 1] : -1;
+    if (!this.zoom || !this.last.has(runId)) this.last.set(runId, end);
+  }
+
   // The whole range (or the zoomed one) at the chart's width. Asked again while a read is in
   // flight (a zoom during a live reload), it reads once more after it, for the latest range.
   async load() {
@@ -84,17 +239,7 @@ export class SeriesChart {
     this.loading = (async () => {
       const range = this.zoom ? { step_min: this.zoom[0], step_max: this.zoom[1] } : {};
       const answers = await Promise.all(this.sources.map((s) => this.fetch(s.runId, range)));
-      await plotlyReady;
-      answers.forEach((answer, i) => {
-        const runId = this.sources[i].runId;
-        this.data.set(runId, answer.series);
-        const steps = answer.series.step;
-        const end = steps.length ? steps[steps.length - 1] : -1;
-        if (!this.zoom || !this.last.has(runId)) this.last.set(runId, end);
-      });
-      this.downsampled = answers.some((a) => a.downsampled);
-      this.loaded = true;
-      this.render();
+      await this.accept(answers);
     })();
     try {
       await this.loading;
@@ -140,37 +285,86 @@ export class SeriesChart {
     if (this.loaded) Plotly.relayout(this.plot, { shapes: this.shapes() });
   }
 
+  // x values of steps on the chosen axis (steps when no times are known for the run).
+  xs(source, steps) {
+    const timeline = source.timeline;
+    if (settings.xAxis === "step" || !timeline?.known) return steps;
+    if (settings.xAxis === "wall") return steps.map((s) => new Date(timeline.time(s) * 1000));
+    const scale = this.timeScale().seconds;
+    return steps.map((s) => (timeline.time(s) - timeline.origin) / scale);
+  }
+
+  // The unit of the relative-time axis: minutes or hours when the runs ran that long.
+  timeScale() {
+    let span = 0;
+    for (const source of this.sources) {
+      const t = source.timeline;
+      if (t?.known) span = Math.max(span, t.ts[t.ts.length - 1] - t.origin);
+    }
+    if (span > 3 * 3600) return { seconds: 3600, unit: "hours" };
+    if (span > 120) return { seconds: 60, unit: "minutes" };
+    return { seconds: 1, unit: "seconds" };
+  }
+
+  timed() {
+    return settings.xAxis !== "step" && this.sources.some((s) => s.timeline?.known);
+  }
+
+  xTitle() {
+    if (!this.timed()) return settings.xAxis === "step" ? "step" : "step (no times logged)";
+    return settings.xAxis === "wall" ? "wall time" : `${this.timeScale().unit} since start`;
+  }
+
   shapes() {
     if (this.marker === null) return [];
+    const source = this.sources[0];
+    const x = this.xs(source, [this.marker])[0];
     return [{
-      type: "line", x0: this.marker, x1: this.marker, yref: "paper", y0: 0, y1: 1,
+      type: "line", x0: x, x1: x, yref: "paper", y0: 0, y1: 1,
       line: { color: "#333", width: 1, dash: "dot" },
     }];
   }
 
   traces() {
     const traces = [];
+    const smoothing = settings.smoothing;
     for (const source of this.sources) {
       const s = this.data.get(source.runId);
+      const x = this.xs(source, s.step);
+      const label = plotlyText(source.label);
       const banded = s.min.some((v, i) => v !== s.max[i]);
       if (banded) {
         // The band's edges are drawn too: a spike one bucket wide is a line, not a sliver.
-        const edge = { width: 1, color: hexToRgba(source.color, 0.45) };
+        const edge = { width: 1, color: hexToRgba(source.color, smoothing ? 0.25 : 0.45) };
         traces.push({
-          x: s.step, y: s.max, mode: "lines", line: edge, showlegend: false, meta: "max",
-          legendgroup: source.runId, hovertemplate: "max %{y:.4g}<extra></extra>",
+          x, y: s.max, mode: "lines", line: edge, showlegend: false, meta: "max",
+          legendgroup: source.runId, hovertemplate: `${label} max %{y:.4g}<extra></extra>`,
         });
         traces.push({
-          x: s.step, y: s.min, mode: "lines", line: edge, fill: "tonexty",
-          fillcolor: hexToRgba(source.color, 0.18), showlegend: false, meta: "min",
-          legendgroup: source.runId, hovertemplate: "min %{y:.4g}<extra></extra>",
+          x, y: s.min, mode: "lines", line: edge, fill: "tonexty",
+          fillcolor: hexToRgba(source.color, smoothing ? 0.1 : 0.18), showlegend: false, meta: "min",
+          legendgroup: source.runId, hovertemplate: `${label} min %{y:.4g}<extra></extra>`,
         });
       }
-      traces.push({
-        x: s.step, y: s.value, name: plotlyText(source.label), meta: "value", legendgroup: source.runId,
+      const raw = {
+        x, y: s.value, name: label, meta: "value", legendgroup: source.runId,
         mode: s.step.length <= 60 ? "lines+markers" : "lines",
         line: { color: source.color, width: 1.6 }, marker: { size: 4, color: source.color },
-        hovertemplate: `%{y:.4g}<extra>${plotlyText(source.label)}</extra>`,
+        customdata: s.step, hovertemplate: `${label}: %{y:.4g} (step %{customdata})<extra></extra>`,
+      };
+      if (!smoothing) {
+        traces.push(raw);
+        continue;
+      }
+      // The raw series stays, faint, behind its smoothed line.
+      traces.push({
+        ...raw, showlegend: false, opacity: 0.3, line: { color: source.color, width: 1 },
+        hovertemplate: `${label} raw %{y:.4g}<extra></extra>`,
+      });
+      traces.push({
+        x, y: ema(s.value, smoothing), name: label, meta: "smoothed", legendgroup: source.runId, mode: "lines",
+        line: { color: source.color, width: 2 }, customdata: s.step,
+        hovertemplate: `${label} smoothed: %{y:.4g} (step %{customdata})<extra></extra>`,
       });
     }
     return traces;
@@ -179,6 +373,7 @@ export class SeriesChart {
   // Plotly centres a constant series on a range of ±1, which flattens 1e-6 into 0: give it
   // a range of its own size instead.
   flatRange() {
+    if (settings.logY) return undefined;
     let lo = Infinity;
     let hi = -Infinity;
     for (const s of this.data.values()) {
@@ -195,16 +390,23 @@ export class SeriesChart {
 
   render() {
     const layout = {
-      title: { text: plotlyText(this.key), font: { size: 13 }, x: 0, xanchor: "left", xref: "paper" },
+      title: { text: plotlyText(this.title), font: { size: 13 }, x: 0, xanchor: "left", xref: "paper" },
       margin: MARGIN,
       height: 260,
       hovermode: "x unified",
       showlegend: this.sources.length > 1,
       legend: { orientation: "h", y: -0.2 },
-      xaxis: { title: { text: "step", standoff: 4 }, zeroline: false },
-      yaxis: { zeroline: false, automargin: true, exponentformat: "e", range: this.flatRange() },
+      xaxis: {
+        title: { text: this.xTitle(), standoff: 4 }, zeroline: false,
+        type: settings.xAxis === "wall" && this.timed() ? "date" : "linear",
+      },
+      yaxis: {
+        zeroline: false, automargin: true, exponentformat: "e", range: this.flatRange(),
+        type: settings.logY ? "log" : "linear",
+      },
       shapes: this.shapes(),
-      uirevision: this.key, // keep the user's zoom across live updates
+      // Keep the user's zoom across live updates, until an axis setting changes.
+      uirevision: `${this.key} ${settings.xAxis} ${settings.logY}`,
       paper_bgcolor: "#fff",
       plot_bgcolor: "#fff",
       font: { color: "#1f2328" },
@@ -216,6 +418,7 @@ export class SeriesChart {
     const counts = this.sources.map((s) => this.data.get(s.runId).step.length);
     this.container.dataset.points = counts.join(",");
     this.container.dataset.downsampled = String(this.downsampled);
+    this.container.dataset.drawn = "true";
   }
 
   listen() {
@@ -228,12 +431,27 @@ export class SeriesChart {
       } else if (Array.isArray(event["xaxis.range"])) range = event["xaxis.range"];
       if (range === null) return;
       clearTimeout(timer);
-      timer = setTimeout(() => this.zoomTo(range), ZOOM_DEBOUNCE_MS);
+      timer = setTimeout(() => this.zoomTo(range === "all" ? range : this.stepRange(range)), ZOOM_DEBOUNCE_MS);
     });
     this.plot.on("plotly_click", (event) => {
-      const step = event.points?.[0]?.x;
+      const step = event.points?.[0]?.customdata ?? event.points?.[0]?.x;
       if (this.onStep && Number.isFinite(step)) this.onStep(step);
     });
+  }
+
+  // A zoomed x range as steps (the widest over the sources when the axis is a time).
+  stepRange([a, b]) {
+    if (!this.timed()) return [Number(a), Number(b)];
+    const toSeconds = (x, timeline) => (settings.xAxis === "wall"
+      ? new Date(x).getTime() / 1000 : x * this.timeScale().seconds + timeline.origin);
+    let lo = Infinity;
+    let hi = -Infinity;
+    for (const { timeline } of this.sources) {
+      if (!timeline?.known) continue;
+      lo = Math.min(lo, timeline.step(toSeconds(a, timeline)));
+      hi = Math.max(hi, timeline.step(toSeconds(b, timeline)));
+    }
+    return [lo, hi];
   }
 
   // A finer read of the visible steps, or the whole range again for "all". Nothing to do
@@ -252,6 +470,47 @@ export class SeriesChart {
   }
 }
 
+// p10-p90 of the episodes' rewards per step as a band, the median as a line, per run.
+export class BandChart extends SeriesChart {
+  async fetch(runId) {
+    const body = await api(`/runs/${encodeURIComponent(runId)}/rewards/quantiles`, { max_points: this.width() });
+    return { series: body, downsampled: false };
+  }
+
+  async zoomTo() {} // the bands are drawn whole
+
+  flatRange() {
+    return undefined;
+  }
+
+  append() {}
+
+  lastStep() {
+    return -1;
+  }
+
+  traces() {
+    const traces = [];
+    for (const source of this.sources) {
+      const s = this.data.get(source.runId);
+      if (!s.p50) continue;
+      const x = this.xs(source, s.step);
+      const label = plotlyText(source.label);
+      const edge = { width: 0.5, color: hexToRgba(source.color, 0.5) };
+      traces.push({ x, y: s.p90, mode: "lines", line: edge, showlegend: false, meta: "p90", legendgroup: source.runId,
+        hovertemplate: `${label} p90 %{y:.4g}<extra></extra>` });
+      traces.push({ x, y: s.p10, mode: "lines", line: edge, fill: "tonexty", fillcolor: hexToRgba(source.color, 0.2),
+        showlegend: false, meta: "p10", legendgroup: source.runId, hovertemplate: `${label} p10 %{y:.4g}<extra></extra>` });
+      traces.push({ x, y: s.p50, name: label, mode: s.step.length <= 60 ? "lines+markers" : "lines", meta: "p50",
+        legendgroup: source.runId, line: { color: source.color, width: 1.8 }, marker: { size: 4, color: source.color },
+        customdata: s.count, hovertemplate: `${label} median %{y:.4g} of %{customdata} episodes<extra></extra>` });
+    }
+    return traces;
+  }
+}
+
+// -- the grid -------------------------------------------------------------------------------
+
 function groupOf(key) {
   const slash = key.indexOf("/");
   return slash > 0 ? key.slice(0, slash) : "(no prefix)";
@@ -261,64 +520,140 @@ function slug(text) {
   return text.replace(/[^A-Za-z0-9_-]+/g, "-");
 }
 
+const yieldToPage = () => new Promise((resolve) => setTimeout(resolve, 0));
+
 export class ChartGrid {
+  // sources: [{runId, label, color}]; each gets its Timeline (for time axes).
   constructor(root, sources, { onStep } = {}) {
     this.root = root;
-    this.sources = sources;
+    this.sources = sources.map((s) => ({ ...s, timeline: new Timeline(s.runId) }));
     this.onStep = onStep;
     this.charts = new Map(); // key -> SeriesChart
+    this.counts = new Map(); // key -> Map(runId -> points stored)
+    this.queue = []; // keys whose charts wait for their first read
+    this.reading = 0;
     this.marker = null;
-    this.observer = new IntersectionObserver((entries) => {
-      for (const entry of entries) {
-        if (!entry.isIntersecting) continue;
-        this.observer.unobserve(entry.target);
-        const chart = this.charts.get(entry.target.dataset.key);
-        chart?.load().catch((error) => {
-          entry.target.querySelector(".plot").textContent = `could not load: ${error.message}`;
-        });
-      }
-    }, { rootMargin: "200px" });
+    this.bands = null;
+    this.timelines = Promise.all(this.sources.map((s) => s.timeline.load().catch(() => {})));
+    this.onSettings = () => this.redraw();
+    listeners.add(this.onSettings);
   }
 
-  // Add a chart for each key not seen yet, in its prefix group, in name order.
-  setKeys(keys) {
-    for (const key of [...keys].sort()) {
+  // Stop following the settings (the grid is being replaced).
+  dispose() {
+    listeners.delete(this.onSettings);
+  }
+
+  // Add a chart for each key not seen yet, in its prefix group, in name order, and read it.
+  // rows: [{key, count}] of one run (`runId`), as /metrics/keys gives them.
+  setKeys(rows, runId = this.sources[0].runId) {
+    const fresh = [];
+    for (const { key, count } of [...rows].sort((a, b) => (a.key < b.key ? -1 : 1))) {
+      if (!this.counts.has(key)) this.counts.set(key, new Map());
+      this.counts.get(key).set(runId, count);
       if (this.charts.has(key)) continue;
-      const body = this.group(groupOf(key));
-      const box = document.createElement("figure");
-      box.className = "chart";
-      box.dataset.key = key;
-      box.setAttribute("aria-label", `chart of ${key}`);
-      const plot = document.createElement("div");
-      plot.className = "plot";
-      box.append(plot);
-      const later = [...body.children].find((el) => el.dataset.key > key);
-      body.insertBefore(box, later || null);
+      const box = this.figure(this.group(groupOf(key)), key);
       const chart = new SeriesChart(box, key, this.sources, { onStep: this.onStep });
       chart.marker = this.marker;
       this.charts.set(key, chart);
-      this.observer.observe(box);
+      fresh.push(key);
     }
     for (const group of this.root.querySelectorAll(".group")) {
       group.querySelector(".count").textContent = `(${group.querySelector(".charts").children.length})`;
     }
+    this.queue.push(...fresh);
+    this.pump();
   }
 
-  group(name) {
+  figure(body, key) {
+    const box = h("figure", { class: "chart", "aria-label": `chart of ${key}`, dataset: { key } }, h("div", { class: "plot" }));
+    const later = [...body.children].find((el) => el.dataset.key > key);
+    body.insertBefore(box, later || null);
+    return box;
+  }
+
+  // The reward bands of the episodes, in a group of their own at the top.
+  addBands() {
+    if (this.bands) return this.bands;
+    const group = this.group("rewards of episodes", true);
+    const box = this.figure(group, "episodes/reward quantiles");
+    box.classList.add("bands");
+    this.bands = new BandChart(box, "episodes/reward quantiles", this.sources, {
+      onStep: this.onStep, title: "reward of episodes: p10–p90 band, median line",
+    });
+    group.closest(".group").querySelector(".count").textContent = "(1)";
+    this.refreshBands();
+    return this.bands;
+  }
+
+  async refreshBands() {
+    if (!this.bands) return;
+    await this.timelines;
+    await this.bands.load();
+  }
+
+  // Read queued charts, KEYS_PER_READ keys per request per run, READS_IN_FLIGHT at a time;
+  // each chart draws as soon as its data is in, one at a time, letting the page breathe.
+  pump() {
+    while (this.reading < READS_IN_FLIGHT && this.queue.length) {
+      const keys = this.queue.splice(0, KEYS_PER_READ);
+      this.reading += 1;
+      this.readKeys(keys)
+        .catch((error) => {
+          for (const key of keys) this.charts.get(key).plot.textContent = `could not load: ${error.message}`;
+        })
+        .finally(() => {
+          this.reading -= 1;
+          this.pump();
+        });
+    }
+  }
+
+  async readKeys(keys) {
+    const width = this.charts.get(keys[0]).width();
+    const bodies = await Promise.all(this.sources.map((s) => api(`/runs/${encodeURIComponent(s.runId)}/metrics`, {
+      keys: keys.join(","), max_points: width,
+    })));
+    await this.timelines;
+    for (const key of keys) {
+      const answers = this.sources.map((s, i) => {
+        const series = bodies[i].series[key] || emptySeries();
+        const stored = this.counts.get(key)?.get(s.runId) ?? series.step.length;
+        return { series, downsampled: stored > series.step.length };
+      });
+      await this.charts.get(key).accept(answers);
+      await yieldToPage();
+    }
+  }
+
+  group(name, first = false) {
     const id = `group-${slug(name)}`;
     let group = this.root.querySelector(`#${id}`);
     if (!group) {
-      group = document.createElement("details");
-      group.className = "group";
-      group.id = id;
-      group.open = true;
-      group.dataset.name = name;
-      group.innerHTML = '<summary><h3></h3> <span class="count muted"></span></summary><div class="charts"></div>';
-      group.querySelector("h3").textContent = name;
-      const later = [...this.root.children].find((el) => el.dataset.name > name);
+      group = h("details", { class: "group", id, open: true, dataset: { name } },
+        h("summary", {}, h("h3", {}, name), " ", h("span", { class: "count muted" })), h("div", { class: "charts" }));
+      const later = first ? this.root.firstElementChild
+        : [...this.root.children].find((el) => !el.id.startsWith("group-rewards") && el.dataset.name > name);
       this.root.insertBefore(group, later || null);
     }
     return group.querySelector(".charts");
+  }
+
+  // Every drawn chart again (after a settings change); time axes need the timelines first.
+  async redraw() {
+    await this.timelines;
+    for (const chart of [...this.charts.values(), this.bands].filter(Boolean)) {
+      if (!chart.loaded) continue;
+      chart.render();
+      await yieldToPage();
+    }
+  }
+
+  // Newer anchors for time axes of live runs (steps past the last anchor are extrapolated
+  // until then).
+  refreshTimelines() {
+    this.timelines = Promise.all(this.sources.map((s) => s.timeline.load().catch(() => {})));
+    return this.timelines;
   }
 
   // {key: series} of one run, as the API returns them.
@@ -339,5 +674,6 @@ export class ChartGrid {
   setMarker(step) {
     this.marker = step;
     for (const chart of this.charts.values()) chart.setMarker(step);
+    this.bands?.setMarker(step);
   }
 }

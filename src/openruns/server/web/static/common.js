@@ -50,6 +50,29 @@ export async function api(path, params = {}, { text = false } = {}) {
   return text ? response.text() : response.json();
 }
 
+// PATCH/POST/PUT a JSON body under /api/v1; errors as api() throws them.
+export async function apiSend(method, path, body) {
+  const response = await fetch(new URL(API + path, location.origin), {
+    method,
+    headers: { "Content-Type": "application/json", ...authHeaders() },
+    body: JSON.stringify(body),
+  });
+  if (response.status === 401) askForKey();
+  if (!response.ok) {
+    let message = `${response.status} ${response.statusText}`;
+    let code = "error";
+    try {
+      const answer = await response.json();
+      code = answer.error?.code ?? code;
+      message = answer.error?.message ?? message;
+    } catch {
+      // not JSON: keep the status line
+    }
+    throw new ApiError(response.status, code, message);
+  }
+  return response.json();
+}
+
 export function apiUrl(path) {
   return API + path;
 }
@@ -232,6 +255,49 @@ export function runDuration(run) {
 
 export function runTitle(run) {
   return run.name || run.id;
+}
+
+// The end of a run id: ids start with their creation time, so runs made together share a
+// prefix and differ at the end.
+export function shortId(id) {
+  return String(id).slice(-6);
+}
+
+// "name · 1a2b3c": what legends and chips say, so two runs of one name stay apart.
+export function runLabel(run) {
+  return run.name ? `${run.name} · ${shortId(run.id)}` : run.id;
+}
+
+// Preferences kept in this browser (local storage), as JSON; `fallback` when unset or unreadable.
+export const prefs = {
+  get(name, fallback) {
+    try {
+      const text = localStorage.getItem(`openruns.${name}`);
+      return text === null ? fallback : JSON.parse(text);
+    } catch {
+      return fallback;
+    }
+  },
+  set(name, value) {
+    try {
+      localStorage.setItem(`openruns.${name}`, JSON.stringify(value));
+    } catch {
+      // storage full or disabled: the preference lasts for this page only
+    }
+  },
+};
+
+// Text with the [start, end) ranges in `matches` wrapped in <mark>, as DOM nodes.
+export function marked(text, matches) {
+  const out = [];
+  let at = 0;
+  for (const [start, end] of matches) {
+    if (start < at) continue;
+    out.push(text.slice(at, start), h("mark", {}, text.slice(start, end)));
+    at = end;
+  }
+  out.push(text.slice(at));
+  return out;
 }
 
 export function envName(env) {

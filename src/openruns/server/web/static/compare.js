@@ -1,12 +1,13 @@
 // The compare page: pick runs (search by name), and every metric key any of them logged is
-// charted once, with one line (and min/max band) per run in that run's colour. The choice lives
-// in the URL (?runs=a,b), so a comparison can be shared. Live like the run page: the points
-// past the last step drawn, per running run, every POLL_MS.
+// charted once, with one line (and min/max band) per run in that run's colour (the same on
+// every chart; legends say name and short id), and the reward bands of their episodes. The
+// choice lives in the URL (?runs=a,b), so a comparison can be shared. Live like the run page:
+// the points past the last step drawn, per running run, every POLL_MS.
 
 import {
-  api, h, poll, runTitle, showError, statusBadge, timeCell,
+  api, h, poll, runLabel, runTitle, showError, statusBadge, timeCell,
 } from "./common.js";
-import { COLORS, ChartGrid } from "./charts.js";
+import { COLORS, ChartGrid, runColors, settingsBar } from "./charts.js";
 
 const POLL_MS = 3000;
 const AFTER_FINISH_S = 90;
@@ -24,14 +25,20 @@ function writeUrl() {
   history.replaceState(null, "", ids ? `/compare?runs=${ids}` : "/compare");
 }
 
-function color(i) {
-  return COLORS[i % COLORS.length];
+function colors() {
+  return runColors(state.runs.map((r) => r.id));
+}
+
+// A swatch takes its colour from a class (no inline style, so a strict CSP can apply).
+function swatch(color) {
+  return h("span", { class: `swatch c${COLORS.indexOf(color)}`, "aria-hidden": "true" });
 }
 
 function renderChosen() {
-  el("chosen").replaceChildren(...state.runs.map((run, i) => h("li", { class: "chip", dataset: { runId: run.id } },
-    h("span", { class: "swatch", style: `background:${color(i)}`, "aria-hidden": "true" }),
-    h("a", { href: `/runs/${encodeURIComponent(run.id)}` }, runTitle(run)), " ", statusBadge(run.status),
+  const palette = colors();
+  el("chosen").replaceChildren(...state.runs.map((run) => h("li", { class: "chip", dataset: { runId: run.id } },
+    swatch(palette.get(run.id)),
+    h("a", { href: `/runs/${encodeURIComponent(run.id)}` }, runLabel(run)), " ", statusBadge(run.status),
     h("button", { type: "button", class: "link", "aria-label": `remove ${runTitle(run)}`, onclick: () => remove(run.id) }, "✕"))));
   el("compare-empty").hidden = state.runs.length >= 2;
 }
@@ -42,9 +49,13 @@ async function rebuild() {
   writeUrl();
   const root = el("chart-groups");
   root.replaceChildren();
+  state.grid?.dispose();
   state.grid = null;
   if (!state.runs.length) return;
-  state.grid = new ChartGrid(root, state.runs.map((run, i) => ({ runId: run.id, label: runTitle(run), color: color(i) })));
+  const palette = colors();
+  state.grid = new ChartGrid(root, state.runs.map((run) => ({ runId: run.id, label: runLabel(run), color: palette.get(run.id) })));
+  const steps = await Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/steps`)));
+  if (steps.some((rows) => rows.some((row) => row.step !== null && row.avg_reward !== null))) state.grid.addBands();
   await refresh();
 }
 
@@ -53,7 +64,7 @@ async function refresh() {
   const grid = state.grid;
   if (!grid) return;
   const perRun = await Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/metrics/keys`)));
-  grid.setKeys(new Set(perRun.flat().map((row) => row.key)));
+  state.runs.forEach((run, i) => grid.setKeys(perRun[i], run.id));
   await Promise.all(state.runs.map(async (run, i) => {
     const fresh = perRun[i].filter((row) => grid.isLoaded(row.key) && row.last_step > grid.lastStep(row.key, run.id));
     if (!fresh.length) return;
@@ -87,6 +98,7 @@ async function search() {
 }
 
 async function main() {
+  el("chart-settings").append(settingsBar());
   state.runs = await Promise.all(chosenIds().map((id) => api(`/runs/${encodeURIComponent(id)}`)));
   await rebuild();
   let timer = null;

@@ -1,5 +1,7 @@
 // The run page: header (status, error, loss counters), every metric charted by prefix with a
-// step slider, the steps that have episodes, the summary, the config as launched, exports.
+// step slider and the chart settings (smoothing, log scale, x axis), the reward bands of the
+// episodes, the steps that have episodes, notes, tags and group (edited here), the summary,
+// the config as launched, exports, and a search box over the run's rollouts.
 //
 // Live while the run is running (and for a while after it finishes, while late uploads are
 // still accepted): every POLL_MS it re-reads the run, the metric keys (one small row per key)
@@ -7,15 +9,16 @@
 // from the last step it holds on (step_min); it never downloads a history twice.
 
 import {
-  api, fill, apiUrl, downloadLink, formatDuration, formatNumber, formatTime, h, linkRow, navigableRows,
-  pathParts, poll, runDuration, runTitle, showError, statusBadge, timeCell, envName,
+  api, apiSend, fill, apiUrl, downloadLink, formatDuration, formatNumber, formatTime, h, linkRow, navigableRows,
+  pathParts, poll, runDuration, runLabel, runTitle, showError, statusBadge, timeCell, envName,
 } from "./common.js";
-import { COLORS, ChartGrid } from "./charts.js";
+import { ChartGrid, runColors, settingsBar } from "./charts.js";
 
 const POLL_MS = 2000;
 const AFTER_FINISH_S = 90; // keep polling this long after the run finished (late uploads)
 const STEPS_SHOWN = 50;
 const LATE_STEPS = 8; // steps re-read behind the newest one (late episodes of async RL)
+const TIMELINE_MS = 15000; // how often a live run's step times are read again
 
 const runId = pathParts()[1];
 const base = `/runs/${encodeURIComponent(runId)}`;
@@ -31,9 +34,10 @@ const state = {
 
 const grid = new ChartGrid(
   document.getElementById("chart-groups"),
-  [{ runId, label: runId, color: COLORS[0] }],
+  [{ runId, label: runId, color: runColors([runId]).get(runId) }],
   { onStep: (step) => selectStep(step) },
 );
+document.getElementById("chart-settings").append(settingsBar());
 
 function renderHeader(run) {
   document.title = `${runTitle(run)} · openruns`;
@@ -43,7 +47,8 @@ function renderHeader(run) {
     ["Model", run.model || "—"],
     ["Framework", run.framework || "—"],
     ["Environments", (run.environments || []).map(envName).join(", ") || "—"],
-    ["Tags", (run.tags || []).length ? run.tags.map((t) => h("a", { class: "tag", href: `/?tag=${encodeURIComponent(t)}` }, t)) : "—"],
+    ["Tags", (run.tags || []).length ? run.tags.map((t) => [h("a", { class: "tag", href: `/?tag=${encodeURIComponent(t)}` }, t), " "]) : "—"],
+    ["Group", run.group ? h("a", { href: `/?group=${encodeURIComponent(run.group)}` }, run.group) : "—"],
     ["Team", run.team_id],
     ["Started", formatTime(run.created_at)],
     ["Duration", h("span", { id: "duration" }, formatDuration(runDuration(run)))],
@@ -209,7 +214,7 @@ async function pollMetrics() {
   const empty = document.getElementById("charts-empty");
   empty.hidden = keys.length > 0;
   empty.textContent = state.run?.status === "running" ? "No metrics yet." : "No metrics were logged.";
-  grid.setKeys(keys.map((row) => row.key));
+  grid.setKeys(keys);
   if (!fresh.length) return;
   const after = Math.min(...fresh.map((key) => grid.lastStep(key, runId))) + 1;
   const width = grid.charts.get(fresh[0]).width();
@@ -231,20 +236,96 @@ async function pollSteps() {
       changed = true;
     }
   }
-  if (changed) renderSteps();
+  if (changed) {
+    renderSteps();
+    if ([...state.steps].some(([step, row]) => step !== null && row.avg_reward !== null)) grid.addBands();
+    if (bandsShown) grid.refreshBands().catch(showError);
+    bandsShown = true;
+  }
+}
+
+let bandsShown = false;
+
+// -- notes, tags, group: PATCH /runs/{id} ---------------------------------------------------
+
+function renderTags(run) {
+  document.getElementById("tag-list").replaceChildren(...(run.tags || []).map((tag) => h("li", { class: "chip", dataset: { tag } },
+    h("a", { class: "tag", href: `/?tag=${encodeURIComponent(tag)}` }, tag),
+    h("button", { type: "button", class: "link", "aria-label": `remove tag ${tag}`, onclick: () => saveTags(run.tags.filter((t) => t !== tag)) }, "✕"))));
+}
+
+// The notes form follows the stored run unless the reader is editing it.
+let notesDirty = false;
+function renderNotes(run) {
+  renderTags(run);
+  if (notesDirty) return;
+  document.getElementById("notes-text").value = run.notes || "";
+  document.getElementById("group-input").value = run.group || "";
+}
+
+async function patchRun(changes, status) {
+  status.textContent = "saving…";
+  try {
+    const run = await apiSend("PATCH", base, changes);
+    state.run = run;
+    state.signature = null; // redraw the header from the saved run
+    renderHeader(run);
+    renderNotes(run);
+    status.textContent = "saved";
+  } catch (error) {
+    status.textContent = `not saved: ${error.message}`;
+    throw error;
+  }
+}
+
+function saveTags(tags) {
+  patchRun({ tags }, document.getElementById("notes-status")).catch(showError);
+}
+
+function setUpNotes() {
+  const text = document.getElementById("notes-text");
+  const group = document.getElementById("group-input");
+  for (const input of [text, group]) input.addEventListener("input", () => { notesDirty = true; });
+  document.getElementById("notes-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const changes = { notes: text.value.trim() ? text.value : null, group: group.value.trim() || null };
+    patchRun(changes, document.getElementById("notes-status"))
+      .then(() => { notesDirty = false; })
+      .catch(showError);
+  });
+  document.getElementById("tag-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const input = document.getElementById("tag-input");
+    const tag = input.value.trim();
+    if (!tag || !state.run) return;
+    input.value = "";
+    if (!(state.run.tags || []).includes(tag)) saveTags([...(state.run.tags || []), tag]);
+  });
+  document.getElementById("search-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const q = document.getElementById("search-q").value.trim();
+    if (q) location.href = `${base}/search?q=${encodeURIComponent(q)}`;
+  });
 }
 
 let configShown = false;
+let timelineAt = Date.now();
 async function tick() {
   const run = await api(base);
   state.run = run;
+  grid.sources[0].label = runLabel(run);
   await Promise.all([pollMetrics(), pollSteps()]);
+  if (run.status === "running" && Date.now() - timelineAt > TIMELINE_MS) {
+    timelineAt = Date.now();
+    grid.refreshTimelines();
+  }
   // Rebuilt only when something changed, so a selection in the error text survives a poll.
   const signature = JSON.stringify([run, state.maxStep]);
   if (signature !== state.signature) {
     state.signature = signature;
     renderHeader(run);
     renderSummary(run);
+    renderNotes(run);
   } else {
     document.getElementById("duration").textContent = formatDuration(runDuration(run));
   }
@@ -260,4 +341,5 @@ async function tick() {
 }
 
 setUpSlider();
+setUpNotes();
 poll(tick, POLL_MS);

@@ -1,13 +1,14 @@
 // The runs page: a table of runs newest first, filtered and paged by the server (GET /runs
-// with a cursor, PAGE at a time, so 10,000 runs cost what 50 do). Columns show the latest value
-// of a few key metrics: each visible run's /metrics/keys (one row per key), plus its numeric
-// summary; the columns are the keys most visible runs share, rewards first, then losses, then
-// accuracy-like scores. Live: the page is re-read every POLL_MS, and the metrics of runs that
-// are still running every METRICS_MS.
+// with a cursor, PAGE at a time, so 10,000 runs cost what 50 do). Metric columns show the latest
+// value of a key: each visible run's /metrics/keys (one row per key), plus its numeric summary.
+// The columns are the reader's choice, kept in this browser; until one is made, the keys most
+// visible runs share, rewards first, then losses, then accuracy-like scores. Rows can be grouped
+// (by the runs' group, kind, model or status). Live: the page is re-read every POLL_MS, and the
+// metrics of runs that are still running every METRICS_MS.
 
 import {
-  api, formatDuration, formatNumber, h, linkRow, navigableRows, numericLeaves, poll, runDuration,
-  showError, statusBadge, timeCell,
+  api, formatDuration, formatNumber, h, linkRow, navigableRows, numericLeaves, poll, prefs,
+  runDuration, showError, statusBadge, timeCell,
 } from "./common.js";
 
 const PAGE = 50;
@@ -19,12 +20,29 @@ const FETCH_CONCURRENCY = 4;
 const el = (id) => document.getElementById(id);
 const tbody = document.querySelector("#runs tbody");
 
+// Run columns: header -> cell of a run. Shown by default unless `hidden`.
+const FIXED = {
+  Status: { cell: (run) => statusBadge(run.status) },
+  Kind: { cell: (run) => run.kind },
+  Name: {
+    cell: (run) => [h("a", { href: `/runs/${encodeURIComponent(run.id)}`, tabindex: "-1" }, run.name || run.id),
+      (run.tags || []).map((t) => [" ", h("span", { class: "tag" }, t)])],
+  },
+  Group: { cell: (run) => run.group || h("span", { class: "muted" }, "—"), hidden: true },
+  Model: { cell: (run) => run.model || "—" },
+  Started: { cell: (run) => timeCell(run.created_at) },
+  Duration: { cell: (run) => formatDuration(runDuration(run)), num: true },
+};
+
 const state = {
   runs: [],
   cursors: [null], // cursor of each page seen so far; the last one is the current page's
   next: null,
   latest: new Map(), // run id -> {values: {key: number}, at: ms, updated: run.updated_at}
   selected: new Set(),
+  // {fixed: [header...], metrics: [key...] | null (automatic)}
+  columns: prefs.get("runs.columns", { fixed: null, metrics: null }),
+  groupBy: prefs.get("runs.groupBy", ""),
 };
 
 function filters() {
@@ -33,15 +51,13 @@ function filters() {
     status: el("f-status").value,
     kind: el("f-kind").value,
     tag: el("f-tag").value.trim(),
+    group: el("f-group").value.trim(),
   };
 }
 
 function readUrl() {
   const params = new URLSearchParams(location.search);
-  el("f-name").value = params.get("name") || "";
-  el("f-status").value = params.get("status") || "";
-  el("f-kind").value = params.get("kind") || "";
-  el("f-tag").value = params.get("tag") || "";
+  for (const name of ["name", "status", "kind", "tag", "group"]) el(`f-${name}`).value = params.get(name) || "";
 }
 
 function writeUrl() {
@@ -57,13 +73,20 @@ function rank(key) {
   return i < 0 ? PREFERENCE.length : i;
 }
 
-// The most shared key of each preference class (rewards, losses, scores) first, then the next
-// most shared of any class; ties go to the shorter name.
-function metricColumns() {
+// How many visible runs have each key.
+function keysSeen() {
   const seen = new Map();
   for (const run of state.runs) {
     for (const key of Object.keys(valuesOf(run))) seen.set(key, (seen.get(key) || 0) + 1);
   }
+  return seen;
+}
+
+// The chosen metric columns, else: the most shared key of each preference class (rewards,
+// losses, scores) first, then the next most shared of any class; ties go to the shorter name.
+function metricColumns() {
+  if (state.columns.metrics) return state.columns.metrics;
+  const seen = keysSeen();
   const ranked = [...seen.keys()]
     .filter((key) => rank(key) < PREFERENCE.length)
     .sort((a, b) => seen.get(b) - seen.get(a) || a.length - b.length || a.localeCompare(b));
@@ -72,45 +95,67 @@ function metricColumns() {
   return [...firsts, ...rest].slice(0, METRIC_COLUMNS);
 }
 
+function fixedColumns() {
+  return state.columns.fixed || Object.keys(FIXED).filter((name) => !FIXED[name].hidden);
+}
+
 // Latest values: the metric's last logged value, else the summary's.
 function valuesOf(run) {
   return { ...numericLeaves(run.summary || {}), ...(state.latest.get(run.id)?.values || {}) };
+}
+
+function runRow(run, fixed, columns) {
+  const values = valuesOf(run);
+  const box = h("input", {
+    type: "checkbox", "aria-label": `select ${run.name || run.id} to compare`,
+    checked: state.selected.has(run.id),
+    onchange: (e) => {
+      if (e.target.checked) state.selected.add(run.id);
+      else state.selected.delete(run.id);
+      el("compare-selected").disabled = state.selected.size < 2;
+    },
+  });
+  return linkRow(`/runs/${encodeURIComponent(run.id)}`, [
+    h("td", {}, box),
+    ...fixed.map((name) => h("td", { class: FIXED[name].num ? "num" : null }, FIXED[name].cell(run))),
+    ...columns.map((c) => h("td", { class: "num", title: String(values[c] ?? "") }, formatNumber(values[c]))),
+  ], { dataset: { runId: run.id, status: run.status } });
+}
+
+// Runs in groups of the chosen field, each group under a header row, groups in the order of
+// their newest run.
+function grouped(rows, width) {
+  if (!state.groupBy) return rows.map(([, tr]) => tr);
+  const groups = new Map();
+  for (const [run, tr] of rows) {
+    const name = run[state.groupBy] ?? "";
+    if (!groups.has(name)) groups.set(name, []);
+    groups.get(name).push(tr);
+  }
+  const out = [];
+  for (const [name, trs] of groups) {
+    out.push(h("tr", { class: "group-row", dataset: { group: name } }, h("th", { colspan: String(width), scope: "rowgroup" },
+      `${state.groupBy}: `, name === "" ? h("span", { class: "muted" }, "(none)") : name,
+      h("span", { class: "muted" }, ` · ${trs.length} run${trs.length === 1 ? "" : "s"}`))));
+    out.push(...trs);
+  }
+  return out;
 }
 
 // Rebuild the table, keeping keyboard focus on the row (or checkbox) that had it.
 function render() {
   const active = document.activeElement;
   const focusedRun = active?.closest?.("#runs tbody tr")?.dataset.runId;
-  const onBox = active?.type === "checkbox";
+  const onBox = active?.type === "checkbox" && active.closest("#runs");
+  const fixed = fixedColumns();
   const columns = metricColumns();
   el("runs-head").replaceChildren(
     h("th", { scope: "col" }, h("span", { class: "sr-only" }, "Select")),
-    ...["Status", "Kind", "Name", "Model", "Started", "Duration"].map((c) => h("th", { scope: "col" }, c)),
+    ...fixed.map((c) => h("th", { scope: "col", class: FIXED[c].num ? "num" : null }, c)),
     ...columns.map((c) => h("th", { scope: "col", class: "num" }, c)),
   );
-  tbody.replaceChildren(...state.runs.map((run) => {
-    const values = valuesOf(run);
-    const box = h("input", {
-      type: "checkbox", "aria-label": `select ${run.name || run.id} to compare`,
-      checked: state.selected.has(run.id),
-      onchange: (e) => {
-        if (e.target.checked) state.selected.add(run.id);
-        else state.selected.delete(run.id);
-        el("compare-selected").disabled = state.selected.size < 2;
-      },
-    });
-    return linkRow(`/runs/${encodeURIComponent(run.id)}`, [
-      h("td", {}, box),
-      h("td", {}, statusBadge(run.status)),
-      h("td", {}, run.kind),
-      h("td", {}, h("a", { href: `/runs/${encodeURIComponent(run.id)}`, tabindex: "-1" }, run.name || run.id),
-        (run.tags || []).map((t) => [" ", h("span", { class: "tag" }, t)])),
-      h("td", {}, run.model || "—"),
-      h("td", {}, timeCell(run.created_at)),
-      h("td", { class: "num" }, formatDuration(runDuration(run))),
-      ...columns.map((c) => h("td", { class: "num", title: String(values[c] ?? "") }, formatNumber(values[c]))),
-    ], { dataset: { runId: run.id, status: run.status } });
-  }));
+  const rows = state.runs.map((run) => [run, runRow(run, fixed, columns)]);
+  tbody.replaceChildren(...grouped(rows, 1 + fixed.length + columns.length));
   if (focusedRun) {
     const row = [...tbody.rows].find((r) => r.dataset.runId === focusedRun);
     (onBox ? row?.querySelector("input") : row)?.focus();
@@ -120,6 +165,33 @@ function render() {
   el("page-label").textContent = state.runs.length ? `page ${page}` : "";
   el("page-newer").disabled = page <= 1;
   el("page-older").disabled = !state.next;
+  renderChooser();
+}
+
+// The column chooser: run columns, and every metric or summary key of the visible runs (and
+// any chosen before), ticked when shown.
+function renderChooser() {
+  const fixed = fixedColumns();
+  const columns = metricColumns();
+  const box = (value, checked, onchange) => h("label", { class: "check" },
+    h("input", { type: "checkbox", value, checked, onchange }), " ", value);
+  el("columns-fixed").replaceChildren(h("legend", {}, "Run"), ...Object.keys(FIXED).map((name) => box(name, fixed.includes(name), (e) => {
+    const chosen = Object.keys(FIXED).filter((n) => (n === name ? e.target.checked : fixed.includes(n)));
+    saveColumns({ fixed: chosen });
+  })));
+  const keys = [...new Set([...columns, ...[...keysSeen().keys()].sort()])];
+  el("columns-metrics").replaceChildren(h("legend", {}, "Metrics and summary (latest value)"),
+    ...keys.map((key) => box(key, columns.includes(key), (e) => {
+      const chosen = e.target.checked ? [...columns, key] : columns.filter((k) => k !== key);
+      saveColumns({ metrics: chosen });
+    })));
+  el("columns-auto").disabled = !state.columns.metrics;
+}
+
+function saveColumns(changes) {
+  state.columns = { ...state.columns, ...changes };
+  prefs.set("runs.columns", state.columns);
+  render();
 }
 
 async function loadPage() {
@@ -127,7 +199,7 @@ async function loadPage() {
   const body = await api("/runs", { ...filters(), limit: PAGE, cursor });
   state.runs = body.items;
   state.next = body.next_cursor;
-  render();
+  if (!document.getElementById("columns").contains(document.activeElement)) render();
   await loadMetrics();
 }
 
@@ -167,9 +239,16 @@ function onFilter() {
 
 function setUp() {
   readUrl();
+  el("group-by").value = state.groupBy;
   el("filters").addEventListener("submit", (e) => e.preventDefault());
-  for (const id of ["f-name", "f-tag"]) el(id).addEventListener("input", onFilter);
+  for (const id of ["f-name", "f-tag", "f-group"]) el(id).addEventListener("input", onFilter);
   for (const id of ["f-status", "f-kind"]) el(id).addEventListener("change", onFilter);
+  el("group-by").addEventListener("change", () => {
+    state.groupBy = el("group-by").value;
+    prefs.set("runs.groupBy", state.groupBy);
+    render();
+  });
+  el("columns-auto").addEventListener("click", () => saveColumns({ metrics: null }));
   el("page-older").addEventListener("click", () => {
     state.cursors.push(state.next);
     loadPage().catch(showError);

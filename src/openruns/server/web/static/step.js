@@ -1,14 +1,18 @@
 // The step page: the episodes (or bare traces) of one step, sorted by reward, filterable by
-// environment and outcome, with tokens and duration; pages of PAGE rows through the API's
-// cursor. Live: every POLL_MS it reads this step's row of /steps (step_min=step) and, when the
-// step has gained records, reads the first page again (one page of one step, not a history).
+// environment and outcome, each row with a preview (the first user message and the final
+// answer, read from the record by the server: /previews), a histogram of the step's rewards,
+// and two rows to open side by side. Pages of PAGE rows through the API's cursor. Live: every
+// POLL_MS it reads this step's row of /steps and, when the step has gained records, reads the
+// first page and the histogram again (one step, not a history).
 
 import {
   api, envName, formatDuration, formatNumber, h, linkRow, navigableRows, okBadge, pathParts,
-  poll, runTitle, showError,
+  poll, prefs, runTitle, showError,
 } from "./common.js";
+import { plotlyReady } from "./charts.js";
 
 const PAGE = 100;
+const PREVIEW_BATCH = 200; // ids per /previews call (the server's limit)
 const POLL_MS = 3000;
 const AFTER_FINISH_S = 90; // late uploads are still accepted for a while
 
@@ -21,6 +25,7 @@ const tbody = document.querySelector("#episodes tbody");
 
 const state = {
   rows: [], cursor: null, total: null, envs: new Set(), seenIds: new Set(), neighbours: {},
+  previews: new Map(), selected: new Set(),
 };
 
 function filters() {
@@ -69,18 +74,37 @@ function addEnv(name, select = false) {
   if (select) el("f-env").value = name;
 }
 
+const PREVIEW_FIELDS = ["prompt", "reply", "answer"]; // cells 3, 4, 5 of a row
+
+function previewCell(item, field) {
+  const preview = state.previews.get(item.id);
+  const text = preview?.[field];
+  return h("td", { class: `preview ${field}`, title: text || null }, text ?? (preview ? h("span", { class: "muted" }, "—") : ""));
+}
+
 function row(item, rank) {
-  const href = `${base}/episodes/${encodeURIComponent(item.id)}`;
+  // The step page's order and filters go along, for the episode page's previous/next.
+  const href = `${base}/episodes/${encodeURIComponent(item.id)}${location.search}`;
   const fresh = state.seenIds.size && !state.seenIds.has(item.id);
+  const box = h("input", {
+    type: "checkbox", "aria-label": `select ${item.id} for side by side`, checked: state.selected.has(item.id),
+    onchange: (e) => {
+      if (e.target.checked) state.selected.add(item.id);
+      else state.selected.delete(item.id);
+      updatePair();
+    },
+  });
   return linkRow(href, [
+    h("td", {}, box),
     h("td", { class: "num" }, rank),
     h("td", { class: "num" }, formatNumber(item.reward)),
-    h("td", {}, envName(item.env)),
+    ...PREVIEW_FIELDS.map((field) => previewCell(item, field)),
+    h("td", { class: "env" }, envName(item.env)),
     h("td", {}, okBadge(item.ok)),
     h("td", { class: "num" }, formatNumber(item.tokens)),
     h("td", { class: "num" }, formatDuration(item.duration)),
-    h("td", {}, h("a", { href, tabindex: "-1" }, h("code", {}, item.id))),
-  ], { class: fresh ? "link-row fresh" : "link-row", dataset: { reward: item.reward ?? "" } });
+    h("td", {}, h("a", { href, tabindex: "-1" }, h("code", { title: item.id }, item.id.slice(0, 12)))),
+  ], { class: fresh ? "link-row fresh" : "link-row", dataset: { reward: item.reward ?? "", id: item.id } });
 }
 
 function render() {
@@ -99,6 +123,22 @@ function render() {
   el("step-stats").textContent = parts.join(" · ");
 }
 
+// Previews of the rows that have none yet, in batches; the table is usable before they come.
+async function loadPreviews() {
+  const missing = state.rows.map((r) => r.id).filter((id) => !state.previews.has(id));
+  for (let i = 0; i < missing.length; i += PREVIEW_BATCH) {
+    const ids = missing.slice(i, i + PREVIEW_BATCH);
+    const body = await api(`${base}/previews`, { ids: ids.join(",") });
+    for (const id of ids) state.previews.set(id, body[id] || {});
+    for (const tr of tbody.rows) {
+      const item = state.rows.find((r) => r.id === tr.dataset.id);
+      if (!item || !ids.includes(item.id)) continue;
+      PREVIEW_FIELDS.forEach((field, i) => tr.cells[3 + i].replaceWith(previewCell(item, field)));
+    }
+  }
+  tbody.dataset.previews = "loaded";
+}
+
 // The first `limit` rows again (after a filter change, or when the step gained records).
 async function reload(limit = PAGE) {
   const page = await api(`${base}/episodes`, { ...filters(), limit: Math.min(limit, 1000) });
@@ -106,6 +146,7 @@ async function reload(limit = PAGE) {
   state.cursor = page.next_cursor;
   for (const item of page.items) addEnv(item.env);
   render();
+  loadPreviews().catch(showError);
 }
 
 async function loadMore() {
@@ -115,11 +156,52 @@ async function loadMore() {
   state.cursor = page.next_cursor;
   for (const item of page.items) addEnv(item.env);
   render();
+  loadPreviews().catch(showError);
 }
 
 async function stepRow(stream) {
   const rows = await api(`${base}/steps`, { stream, step_min: step });
   return rows.find((r) => r.step === step) || { count: 0, avg_reward: null };
+}
+
+// The distribution of the step's rewards (all its records, not just the rows shown).
+async function drawHistogram() {
+  const body = await api(`${base}/rewards`, { step, stream: filters().stream });
+  await plotlyReady;
+  const figure = el("histogram");
+  const values = body.values;
+  const caption = [`${formatNumber(values.length)} rewards`];
+  if (values.length) {
+    const middle = (values.length - 1) / 2;
+    const median = (values[Math.floor(middle)] + values[Math.ceil(middle)]) / 2;
+    caption.push(`min ${formatNumber(values[0])}`, `median ${formatNumber(median)}`, `max ${formatNumber(values[values.length - 1])}`);
+  }
+  if (body.missing) caption.push(`${formatNumber(body.missing)} without a reward`);
+  if (body.truncated) caption.push("first 100,000 drawn");
+  el("histogram-caption").textContent = caption.join(" · ");
+  Plotly.react(figure.querySelector(".plot"), [{
+    x: values, type: "histogram", marker: { color: "#1f77b4" }, nbinsx: Math.min(40, Math.max(5, Math.ceil(Math.sqrt(values.length)))),
+    hovertemplate: "reward %{x}<br>%{y} records<extra></extra>",
+  }], {
+    height: 170, margin: { l: 40, r: 10, t: 10, b: 30 }, bargap: 0.05,
+    xaxis: { title: { text: "reward", standoff: 2 } }, yaxis: { title: { text: "records", standoff: 2 } },
+    paper_bgcolor: "#fff", plot_bgcolor: "#fff",
+  }, { displayModeBar: false, responsive: true });
+  figure.dataset.count = String(values.length);
+}
+
+// Two ticked rows, or one with the episode pinned on its page, open side by side.
+function updatePair() {
+  const pinned = prefs.get("pinned", null);
+  const chosen = [...state.selected];
+  const pairs = chosen.length === 2 ? [[runId, chosen[0]], [runId, chosen[1]]]
+    : chosen.length === 1 && pinned ? [[pinned.run, pinned.id], [runId, chosen[0]]] : null;
+  const button = el("pair-selected");
+  button.disabled = !pairs;
+  button.textContent = chosen.length === 1 && pinned ? `Side by side with the pinned ${pinned.label}` : "Side by side";
+  button.dataset.href = pairs
+    ? `/compare/episodes?${new URLSearchParams({ run_a: pairs[0][0], a: pairs[0][1], run_b: pairs[1][0], b: pairs[1][1] })}`
+    : "";
 }
 
 async function setUp() {
@@ -130,6 +212,7 @@ async function setUp() {
   el("run-link").href = base;
   el("step-label").textContent = `step ${step}`;
   el("step-title").textContent = `${runTitle(run)}: step ${step}`;
+  el("search-link").href = `${base}/search?step_min=${step}&step_max=${step}`;
   for (const env of run.environments || []) addEnv(envName(env));
   // Neighbouring steps that have records.
   const steps = all.map((r) => r.step).filter((s) => s !== null);
@@ -139,23 +222,29 @@ async function setUp() {
   linkNeighbours();
   state.total = all.find((r) => r.step === step) || { count: 0, avg_reward: null };
   await reload();
+  drawHistogram().catch(showError);
   for (const id of ["f-sort", "f-env", "f-ok", "f-stream"]) {
     el(id).addEventListener("change", () => {
       writeUrl();
       state.seenIds.clear();
       Promise.all([stepRow(filters().stream).then((t) => { state.total = t; }), reload()]).catch(showError);
+      if (id === "f-stream") drawHistogram().catch(showError);
     });
   }
   el("episodes-more").addEventListener("click", () => loadMore().catch(showError));
+  el("pair-selected").addEventListener("click", () => {
+    if (el("pair-selected").dataset.href) location.href = el("pair-selected").dataset.href;
+  });
+  updatePair();
   navigableRows(tbody);
   poll(async () => {
     const total = await stepRow(filters().stream);
     if (total.count !== state.total.count) {
       state.total = total;
-      await reload(Math.max(PAGE, state.rows.length));
+      await Promise.all([reload(Math.max(PAGE, state.rows.length)), drawHistogram()]);
     }
-    const run = await api(base);
-    return run.status === "running" || Date.now() / 1000 - (run.finished_at || 0) < AFTER_FINISH_S;
+    const fresh = await api(base);
+    return fresh.status === "running" || Date.now() / 1000 - (fresh.finished_at || 0) < AFTER_FINISH_S;
   }, POLL_MS);
 }
 

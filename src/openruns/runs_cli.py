@@ -1,0 +1,262 @@
+"""
+`openruns runs`: runs on a server, for schedulers and people at a terminal.
+
+    RUN_ID=$(openruns runs create --name rl-qwen3 --model Qwen/Qwen3-8B --config rl.toml)
+    export OPENRUNS_RUN_ID=$RUN_ID      # every component started with it attaches and flushes
+    ...
+    openruns runs finish "$RUN_ID" --status failed --error "RuntimeError: OOM on node 3"
+    openruns runs ls --status running
+    openruns runs show "$RUN_ID"
+
+A run created here has no owner process: nothing heartbeats for it, so the server never marks
+it crashed, and whoever created it sets its final status with `finish` (a hosted launch: the
+scheduler, from how its job ended). A failure finished without `--error` keeps the fatal error a
+component reported to the run, if one did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+__all__ = ["add_arguments", "run"]
+
+PROG = "openruns runs"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--base-url", help="the server (default: OPENRUNS_BASE_URL, config file)")
+    parser.add_argument("--api-key", help="an API key (default: OPENRUNS_API_KEY, config file)")
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    create = sub.add_parser(
+        "create",
+        help="create a run and print its id (for RUN_ID / OPENRUNS_RUN_ID)",
+        description="Create a run owned by the caller (a scheduler): print its id, or with "
+        "--format env the variables a component needs to attach to it.",
+    )
+    create.add_argument("--name", help="run name (default: none, a component may set it)")
+    create.add_argument("--kind", choices=("train", "eval"), default="train", help="default train")
+    create.add_argument("--model", help="model the run trains or evaluates (default: none)")
+    create.add_argument(
+        "--config", metavar="FILE", help="config file stored with the run (default: none)"
+    )
+    create.add_argument("--description", help="free text (default: none)")
+    create.add_argument(
+        "--tag", action="append", default=[], help="a tag (repeat for several; default none)"
+    )
+    create.add_argument("--team", help="the team (default: the key's team; 'default' without auth)")
+    create.add_argument("--id", help="the run id (default: a new one)")
+    create.add_argument(
+        "--format",
+        choices=("id", "env", "json"),
+        default="id",
+        help="id (default): the run id; env: NAME=value lines for the components (the run id, "
+        "the server and the run's own token); json: the run as the server returned it",
+    )
+
+    finish = sub.add_parser(
+        "finish",
+        help="set a run's final status",
+        description="Set a running run's final status. A run already finished with the same "
+        "status is left as it is; with another status this fails (exit 1).",
+    )
+    finish.add_argument("run_id", metavar="ID")
+    finish.add_argument(
+        "--status", choices=("completed", "failed", "cancelled"), required=True, help="required"
+    )
+    finish.add_argument(
+        "--error",
+        metavar="MSG",
+        help="why it failed (default: the error a component reported, if any)",
+    )
+
+    ls = sub.add_parser("ls", help="list runs, newest first", description="List runs.")
+    ls.add_argument("--kind", choices=("train", "eval"), help="default: any")
+    ls.add_argument(
+        "--status",
+        choices=("running", "completed", "failed", "cancelled", "crashed"),
+        help="default: any",
+    )
+    ls.add_argument("--name", help="name contains this (default: any)")
+    ls.add_argument("--tag", help="has this tag (default: any)")
+    ls.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    ls.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    show = sub.add_parser("show", help="one run's metadata and status", description="Show a run.")
+    show.add_argument("run_id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="the run as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .errors import ConfigurationError, ConflictError, OpenrunsError
+
+    try:
+        return _ACTIONS[args.action](args)
+    except ConflictError as exc:
+        print(f"{PROG} {args.action}: {exc}", file=sys.stderr)
+        return 1
+    except (ConfigurationError, OpenrunsError) as exc:
+        print(f"{PROG} {args.action}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from .errors import ConfigurationError
+    from .settings import Settings
+    from .upload.http import ApiClient
+
+    settings = Settings.resolve({"base_url": args.base_url, "api_key": args.api_key})
+    if not settings.base_url:
+        raise ConfigurationError(
+            "no openruns server: pass --base-url or set OPENRUNS_BASE_URL "
+            "(e.g. http://127.0.0.1:8765)"
+        )
+    return ApiClient(settings.base_url, settings.api_key), settings
+
+
+def _call(client: Any, method: str, path: str, **kwargs: Any) -> Any:
+    from .upload.http import retrying
+
+    return retrying(lambda: client.request(method, path, **kwargs), deadline=time.monotonic() + 30)
+
+
+def _create(args: argparse.Namespace) -> int:
+    from .errors import ConfigurationError
+    from .identity import COMPAT_RUN_ID_ENV, RUN_ID_ENV, RUN_KIND_ENV, new_run_id
+    from .spec import ConfigSource
+
+    body: dict[str, Any] = {
+        "id": args.id or new_run_id(),
+        "kind": args.kind,
+        "name": args.name,
+        "model": args.model,
+        "description": args.description,
+        "tags": list(args.tag),
+        "team_id": args.team,
+        "heartbeat": False,  # no owner process: the caller finishes the run
+    }
+    if args.config is not None:
+        if not Path(args.config).is_file():
+            raise ConfigurationError(f"config file {args.config!r} does not exist")
+        source = ConfigSource.coerce(args.config)
+        assert source is not None
+        body["config"] = source.to_dict()
+    client, settings = _client(args)
+    try:
+        created = _call(
+            client,
+            "POST",
+            "/runs",
+            json={k: v for k, v in body.items() if v is not None},
+            headers={"Idempotency-Key": body["id"]},
+        )
+    finally:
+        client.close()
+    if args.format == "json":
+        import orjson
+
+        print(orjson.dumps(created).decode())
+    elif args.format == "env":
+        variables = {
+            RUN_ID_ENV: created["id"],
+            COMPAT_RUN_ID_ENV: created["id"],
+            RUN_KIND_ENV: created["kind"],
+            "OPENRUNS_MODE": "online",
+            "OPENRUNS_BASE_URL": settings.base_url,
+            "OPENRUNS_API_KEY": created.get("token", ""),
+        }
+        print("\n".join(f"{k}={v}" for k, v in variables.items()))
+    else:
+        print(created["id"])
+    url = _absolute(settings.base_url, created.get("url", ""))
+    print(f"{PROG}: created run {created['id']} ({url})", file=sys.stderr)
+    return 0
+
+
+def _finish(args: argparse.Namespace) -> int:
+    client, _ = _client(args)
+    try:
+        done = _call(
+            client,
+            "POST",
+            f"/runs/{quote(args.run_id, safe='')}/finish",
+            json={"status": args.status, "error": args.error},
+        )
+    finally:
+        client.close()
+    error = f": {done['error']}" if done.get("error") else ""
+    print(f"{PROG}: run {done['id']} is {done['status']}{error}", file=sys.stderr)
+    return 0
+
+
+def _ls(args: argparse.Namespace) -> int:
+    import orjson
+
+    params = {k: getattr(args, k) for k in ("kind", "status", "name", "tag")}
+    params = {k: v for k, v in params.items() if v is not None}
+    params["limit"] = max(1, min(args.limit, 500))
+    client, _ = _client(args)
+    try:
+        page = _call(client, "GET", "/runs", params=params)
+    finally:
+        client.close()
+    items = page["items"][: args.limit]
+    if args.json:
+        for item in items:
+            print(orjson.dumps(item).decode())
+        return 0
+    rows = [("ID", "STATUS", "KIND", "NAME", "MODEL", "CREATED")]
+    now = time.time()
+    for r in items:
+        created = _age(now - r["created_at"])
+        rows.append((r["id"], r["status"], r["kind"], r["name"] or "", r["model"] or "", created))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    import orjson
+
+    client, settings = _client(args)
+    try:
+        doc = _call(client, "GET", f"/runs/{quote(args.run_id, safe='')}")
+    finally:
+        client.close()
+    if args.json:
+        print(orjson.dumps(doc).decode())
+        return 0
+    for key in ("id", "name", "kind", "status", "error", "model", "framework", "description"):
+        if doc.get(key) is not None:
+            print(f"{key}: {doc[key]}")
+    for key in ("tags", "environments", "summary"):
+        if doc.get(key):
+            print(f"{key}: {orjson.dumps(doc[key]).decode()}")
+    if doc.get("config"):
+        print(f"config: {doc['config'].get('filename') or doc['config'].get('format')}")
+    print(f"created: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(doc['created_at']))}")
+    if doc.get("finished_at"):
+        finished = time.localtime(doc["finished_at"])
+        print(f"finished: {time.strftime('%Y-%m-%d %H:%M:%S', finished)}")
+    print(f"url: {_absolute(settings.base_url, doc.get('url', ''))}")
+    return 0
+
+
+def _absolute(base_url: str, url: str) -> str:
+    return url if "://" in url else base_url + url
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit} ago"
+    return f"{int(seconds)}s ago"
+
+
+_ACTIONS = {"create": _create, "finish": _finish, "ls": _ls, "show": _show}

@@ -1,0 +1,79 @@
+"""
+Reading back what the legacy sample tables kept (native API, native auth): a run's eval sample
+rows as NDJSON, and its training-samples Parquet objects, listed by step and downloaded as PUT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response, StreamingResponse
+
+from ..errors import not_found
+from ..handlers import JSON
+from ..routes.deps import Caller, State, readable_run
+from ..segments import iter_segment
+from ..state import ServerState
+from ..store.metrics import MAX_STEP
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["prime: sample tables"])
+
+
+@router.get(
+    "/runs/{run_id}/prime/eval-samples",
+    responses={200: {"content": {"application/x-ndjson": {}}, "description": "the rows"}},
+)
+async def eval_samples(run_id: str, state: State, caller: Caller) -> StreamingResponse:
+    """Every eval sample row pushed to the run, as sent, in the order they arrived."""
+    run = await readable_run(state, caller, run_id)
+    keys = [o["blob_key"] for o in await state.store.prime_objects(run["seq"], "eval_samples")]
+    return StreamingResponse(_rows(state, keys), media_type="application/x-ndjson")
+
+
+async def _rows(state: ServerState, keys: list[str]) -> AsyncIterator[bytes]:
+    for key in keys:
+        blob = await run_in_threadpool(state.blobs.get, key)
+        pieces = iter_segment(blob)
+        while piece := await run_in_threadpool(next, pieces, b""):
+            yield piece
+
+
+@router.get("/runs/{run_id}/prime/train-samples")
+async def train_samples(
+    run_id: str,
+    state: State,
+    caller: Caller,
+    step: Annotated[int | None, Query(ge=0, le=MAX_STEP)] = None,
+) -> JSON:
+    """The run's training-samples Parquet objects (of one step): several per step are one
+    table, as the platform's viewer reads them (keyed by step and sample_id)."""
+    run = await readable_run(state, caller, run_id)
+    objects = await state.store.prime_objects(run["seq"], "train_samples", step)
+    items = [
+        {k: o[k] for k in ("id", "step", "bytes", "rows", "created_at")}
+        | {"url": f"/api/v1/runs/{run['id']}/prime/train-samples/{o['id']}"}
+        for o in objects
+    ]
+    return JSON({"items": items})
+
+
+@router.get(
+    "/runs/{run_id}/prime/train-samples/{object_id}",
+    responses={200: {"content": {"application/vnd.apache.parquet": {}}}},
+)
+async def train_samples_object(
+    run_id: str, object_id: int, state: State, caller: Caller
+) -> Response:
+    """One Parquet object, byte for byte."""
+    run = await readable_run(state, caller, run_id)
+    objects = await state.store.prime_objects(run["seq"], "train_samples")
+    found = [o for o in objects if o["id"] == object_id]
+    if not found:
+        raise not_found(f"run {run_id!r} has no training-samples object {object_id}")
+    data = await run_in_threadpool(state.blobs.get, found[0]["blob_key"])
+    return Response(data, media_type="application/vnd.apache.parquet")

@@ -1,0 +1,166 @@
+"""
+The platform's legacy sample tables, kept: eval sample rows (`POST /evaluations/{id}/samples`)
+and training-samples Parquet objects (presign, PUT, confirm). prime-runs only writes them when a
+run opts out of Prime Traces.
+
+Each is kept as sent, one blob per request or object (additive per step, as the platform
+keeps them), listed in `prime_objects` and exportable (exports.py). The episode each row
+carries (`info.native_wrapper`, the whole `episode.to_record()`) also joins the run's episodes,
+stamped with the run like a traced one, so an opted-out run reads like any other run. The cost
+is that an opted-out episode is stored twice, once inside its row and once as an episode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import secrets
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+import zstandard
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from ...records import stamp_run
+from ..body import decompress, read_body
+from ..errors import bad_request
+from ..ingest import ingest_records
+from ..state import ServerState
+from ..store.runs import require_running_or_grace
+from .deps import default_step
+
+__all__ = [
+    "confirm_train_samples",
+    "is_train_samples_key",
+    "new_train_samples_key",
+    "store_eval_samples",
+]
+
+_TRAIN_KEY = re.compile(r"runs/(\d+)/prime/train-samples/(\d+)/[0-9a-f]{24}\.parquet")
+
+
+async def store_eval_samples(state: ServerState, request: Request, run: dict[str, Any]) -> int:
+    """Keep one samples request and store its episodes; the number of rows. A repeat of the
+    same bytes stores nothing."""
+    settings = state.settings
+    require_running_or_grace(run, time.time(), settings.finish_grace)
+    with state.gate.admit() as ticket:
+        body = await read_body(request, settings.max_body_bytes, ticket.add)
+        data = await run_in_threadpool(
+            decompress,
+            body,
+            request.headers.get("content-encoding"),
+            settings.max_decompressed_bytes,
+        )
+        key = f"samples:sha256:{hashlib.sha256(data).hexdigest()}"
+        prior = await state.store.prime_upload_receipt(run["seq"], key)
+        if prior is not None:
+            return int(prior["samples"])
+        rows, blob, episodes = await run_in_threadpool(_split_rows, data, run)
+        blob_key = f"runs/{run['seq']}/prime/eval-samples/{secrets.token_hex(12)}.ndjson.zst"
+        await run_in_threadpool(state.blobs.put_atomic, blob_key, blob)
+        await _store_episodes(state, run, episodes)
+        await state.store.prime_add_object(
+            run["seq"], "eval_samples", None, blob_key, len(blob), rows, (key, {"samples": rows})
+        )
+        return rows
+
+
+def _split_rows(data: bytes, run: dict[str, Any]) -> tuple[int, bytes, bytes]:
+    """(rows, the rows as zstd NDJSON, the NDJSON of their stamped episodes)."""
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request("invalid_json", f"the body is not valid JSON: {exc}") from exc
+    samples = document.get("samples") if isinstance(document, dict) else None
+    if not isinstance(samples, list):
+        raise bad_request("invalid_samples", 'the body must be {"samples": [row, ...]}')
+    lines = []
+    for i, row in enumerate(samples):
+        if not isinstance(row, dict):
+            raise bad_request("invalid_samples", f"samples[{i}] must be an object")
+        lines.append(orjson.dumps(row))
+    blob = zstandard.ZstdCompressor(level=3).compress(b"".join(line + b"\n" for line in lines))
+    return len(lines), blob, _episode_lines((row.get("info") for row in samples), run)
+
+
+def new_train_samples_key(run_seq: int, step: int) -> str:
+    """A fresh blob key for one Parquet object of a run's step (the presign's `s3Key`)."""
+    return f"runs/{run_seq}/prime/train-samples/{step}/{secrets.token_hex(12)}.parquet"
+
+
+def is_train_samples_key(
+    blob_key: str, run_seq: int | None = None, step: int | None = None
+) -> bool:
+    """Whether `blob_key` has the shape new_train_samples_key gives (for this run and step)."""
+    match = _TRAIN_KEY.fullmatch(blob_key)
+    if match is None:
+        return False
+    return (run_seq is None or int(match[1]) == run_seq) and (step is None or int(match[2]) == step)
+
+
+async def confirm_train_samples(
+    state: ServerState, run: dict[str, Any], step: int, blob_key: str
+) -> int:
+    """Register a Parquet object PUT to its presigned URL and store its episodes; its rows."""
+    if not is_train_samples_key(blob_key, run["seq"], step):
+        raise bad_request(
+            "invalid_s3_key",
+            f"s3_key {blob_key!r} is not a key this server presigned for this run and step",
+        )
+    require_running_or_grace(run, time.time(), state.settings.finish_grace)
+    with state.gate.admit():
+        if not await run_in_threadpool(state.blobs.exists, blob_key):
+            raise bad_request(
+                "object_missing",
+                f"nothing was uploaded under s3_key {blob_key!r}: PUT the Parquet object to "
+                "the presigned URL first",
+            )
+        data = await run_in_threadpool(state.blobs.get, blob_key)
+        rows, episodes = await run_in_threadpool(_parquet_episodes, data, run)
+        await _store_episodes(state, run, episodes)
+        await state.store.prime_add_object(
+            run["seq"], "train_samples", step, blob_key, len(data), rows, None
+        )
+        return rows
+
+
+def _parquet_episodes(data: bytes, run: dict[str, Any]) -> tuple[int, bytes]:
+    """(rows, the NDJSON of the stamped episodes inside the rows' `info` column)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except (pa.ArrowException, OSError) as exc:
+        raise bad_request("invalid_parquet", f"the object is not a Parquet file: {exc}") from exc
+    if "info" not in table.column_names:
+        return table.num_rows, b""
+    infos = []
+    for text in table.column("info").to_pylist():
+        try:
+            infos.append(orjson.loads(text) if isinstance(text, str) else None)
+        except orjson.JSONDecodeError:
+            infos.append(None)
+    return table.num_rows, _episode_lines(infos, run)
+
+
+def _episode_lines(infos: Iterable[Any], run: dict[str, Any]) -> bytes:
+    """The NDJSON of the episodes in rows' `info.native_wrapper`, stamped with the run as
+    Prime Traces would have stamped them (the SDK puts them there unstamped)."""
+    out = []
+    for info in infos:
+        episode = info.get("native_wrapper") if isinstance(info, dict) else None
+        if isinstance(episode, dict):
+            out.append(orjson.dumps(stamp_run(episode, run["id"], run["kind"])) + b"\n")
+    return b"".join(out)
+
+
+async def _store_episodes(state: ServerState, run: dict[str, Any], lines: bytes) -> None:
+    if lines:
+        key = f"sha256:{hashlib.sha256(lines).hexdigest()}"
+        await ingest_records(state, run, lines, key, "episodes", default_step(run))

@@ -1,0 +1,146 @@
+"""Charts in a real browser: drawn without scrolling, smoothing with the raw series behind, log
+scale, time axes, hover values, reward bands, and one colour per run on every chart."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy
+from playwright.sync_api import expect
+
+from .seed import EPISODE_STEPS, TRAIN_STEPS
+
+
+def plot(page, key: str) -> str:
+    return f'figure.chart[data-key="{key}"] .plot'
+
+
+def traces(page, key: str) -> list[dict]:
+    return page.eval_on_selector(
+        plot(page, key),
+        "(gd) => gd.data.map((t) => ({meta: t.meta, name: t.name, y: t.y, x: t.x,"
+        " opacity: t.opacity ?? 1, color: t.line && t.line.color}))",
+    )
+
+
+def layout(page, key: str, path: str):
+    return page.eval_on_selector(plot(page, key), f"(gd) => gd._fullLayout.{path}")
+
+
+def test_every_chart_is_drawn_without_scrolling_to_it(page, seeded, screenshot):
+    page.set_viewport_size({"width": 1280, "height": 500})  # most charts are below the fold
+    page.goto(f"/runs/{seeded.train}")
+    charts = page.locator("figure.chart")
+    expect(charts).to_have_count(5)
+    for i in range(5):
+        expect(charts.nth(i)).to_have_attribute("data-drawn", "true")
+    assert page.evaluate("window.scrollY") == 0
+    below = charts.evaluate_all(
+        "(els) => els.filter((e) => e.getBoundingClientRect().top > innerHeight).length"
+    )
+    assert below >= 2  # the test means something: charts out of view were drawn too
+    page.set_viewport_size({"width": 1280, "height": 900})
+    screenshot(page, "run", full_page=True)
+
+
+def test_smoothing_log_scale_and_time_axes_are_kept_in_the_browser(fresh_page, seeded):
+    page = fresh_page
+    page.goto(f"/runs/{seeded.train}")
+    key = "train/loss"
+    expect(page.locator(f'figure.chart[data-key="{key}"]')).to_have_attribute("data-drawn", "true")
+    assert [t["meta"] for t in traces(page, key)] == ["value"]
+
+    page.eval_on_selector(
+        "#smoothing", "(el) => { el.value = '0.9'; el.dispatchEvent(new Event('input')); }"
+    )
+    expect(page.locator("#smoothing-value")).to_have_text("0.90")
+    page.wait_for_function(
+        "(sel) => document.querySelector(sel).data.some((t) => t.meta === 'smoothed')",
+        arg=plot(page, key),
+    )
+    drawn = {t["meta"]: t for t in traces(page, key)}
+    raw, smooth = drawn["value"], drawn["smoothed"]
+    assert raw["opacity"] < 1 and smooth["color"] == raw["color"]
+    # A debiased EMA of the raw values.
+    expected, last = [], 0.0
+    for n, v in enumerate(raw["y"], start=1):
+        last = 0.9 * last + 0.1 * v
+        expected.append(last / (1 - 0.9**n))
+    assert numpy.allclose(smooth["y"], expected)
+
+    page.check("#log-y")
+    page.wait_for_function(
+        "(sel) => document.querySelector(sel)._fullLayout.yaxis.type === 'log'", arg=plot(page, key)
+    )
+    page.select_option("#x-axis", "wall")
+    page.wait_for_function(
+        "(sel) => document.querySelector(sel)._fullLayout.xaxis.type === 'date'",
+        arg=plot(page, key),
+    )
+    assert layout(page, key, "xaxis.title.text") == "wall time"
+    page.select_option("#x-axis", "relative")
+    page.wait_for_function(
+        "(sel) => document.querySelector(sel)._fullLayout.xaxis.title.text.endsWith('since start')",
+        arg=plot(page, key),
+    )
+    xs = next(t for t in traces(page, key) if t["meta"] == "value")["x"]
+    assert xs[0] == 0 and all(b >= a for a, b in zip(xs, xs[1:], strict=False))
+
+    # Kept in this browser: the next page load draws the same way.
+    page.reload()
+    expect(page.locator(f'figure.chart[data-key="{key}"]')).to_have_attribute("data-drawn", "true")
+    assert page.input_value("#smoothing") == "0.9"
+    assert page.is_checked("#log-y")
+    assert page.input_value("#x-axis") == "relative"
+    assert layout(page, key, "yaxis.type") == "log"
+    assert {t["meta"] for t in traces(page, key)} == {"value", "smoothed"}
+
+
+def test_hover_shows_values_with_their_step(page, seeded):
+    page.goto(f"/runs/{seeded.train}")
+    key = "train/loss"
+    expect(page.locator(f'figure.chart[data-key="{key}"]')).to_have_attribute("data-drawn", "true")
+    page.eval_on_selector(
+        plot(page, key), "(gd) => Plotly.Fx.hover(gd, [{curveNumber: 0, pointNumber: 100}])"
+    )
+    label = page.locator(f'figure.chart[data-key="{key}"] .hoverlayer')
+    expect(label).to_contain_text("(step 100)")
+    expect(label).to_contain_text("0.7358")  # 2 * exp(-1)
+
+
+def test_reward_bands_are_the_quantiles_of_each_step(page, seeded):
+    page.goto(f"/runs/{seeded.train}")
+    bands = page.locator("figure.chart.bands")
+    expect(bands).to_have_attribute("data-drawn", "true")
+    drawn = {t["meta"]: t for t in traces(page, "episodes/reward quantiles")}
+    assert drawn["p50"]["x"] == list(range(EPISODE_STEPS))
+    for step in range(EPISODE_STEPS):
+        rewards = seeded.rewards[step]
+        assert numpy.isclose(drawn["p50"]["y"][step], statistics.median(rewards))
+        assert numpy.isclose(drawn["p10"]["y"][step], numpy.quantile(rewards, 0.1))
+        assert numpy.isclose(drawn["p90"]["y"][step], numpy.quantile(rewards, 0.9))
+
+
+def test_a_run_keeps_its_colour_on_every_chart_and_page(page, seeded):
+    page.goto(f"/compare?runs={seeded.train},{seeded.eval}")
+    loss = page.locator('figure.chart[data-key="train/loss"]')
+    expect(loss).to_have_attribute("data-points", f"{TRAIN_STEPS},{TRAIN_STEPS}")
+    expect(page.locator('figure.chart[data-key="eval/reward"]')).to_have_attribute(
+        "data-drawn", "true"
+    )
+    colours = {}
+    for key in ("train/loss", "eval/reward", "train/grad_norm"):
+        for t in traces(page, key):
+            if t["meta"] == "value":
+                colours.setdefault(t["name"], set()).add(t["color"])
+    train_name = f"web-train · {seeded.train[-6:]}"
+    eval_name = f"web-eval · {seeded.eval[-6:]}"
+    assert len(colours[train_name]) == 1 and len(colours[eval_name]) == 1
+    assert colours[train_name] != colours[eval_name]
+    # The run's own page uses the same colour.
+    page.goto(f"/runs/{seeded.train}")
+    expect(page.locator('figure.chart[data-key="train/loss"]')).to_have_attribute(
+        "data-drawn", "true"
+    )
+    own = next(t for t in traces(page, "train/loss") if t["meta"] == "value")
+    assert {own["color"]} == colours[train_name]
