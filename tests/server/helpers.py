@@ -96,6 +96,7 @@ class ServerProcess:
     Its output goes to a log file (a pipe nobody reads could fill up and stall it)."""
 
     def __init__(self, where: Path | list[str], *extra: str, log: Path | None = None):
+        self.data_dir = where if isinstance(where, Path) else None
         self.store_args = ["--data-dir", str(where)] if isinstance(where, Path) else where
         self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
