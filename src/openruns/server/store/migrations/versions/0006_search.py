@@ -11,7 +11,7 @@
 - The indexer's progress (the last episode seq indexed) is the `search_seq` row of server_meta.
 
 Revision ID: 0006
-Revises: 0003
+Revises: 0005
 """
 
 from __future__ import annotations
