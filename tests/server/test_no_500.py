@@ -18,8 +18,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from openruns.server import ServerSettings, serve_in_thread
-from openruns.server.store import Store
+from openruns.server import serve_in_thread
 from openruns.server.store import keys as key_sql
 
 from .helpers import api, create_run, episode, metric_rows, ndjson, upload
@@ -135,14 +134,14 @@ def requests(draw, operations: list, known: dict):
 
 
 @pytest.fixture(scope="module", params=["auth-off", "auth-on"])
-def target(request, tmp_path_factory):
-    data = tmp_path_factory.mktemp(request.param)
+def target(request, backend, stores_factory, tmp_path_factory):
+    stores = stores_factory.new(backend, tmp_path_factory.mktemp(request.param))
     key = None
     if request.param == "auth-on":
-        store = Store.open(ServerSettings(data_dir=data).database_url)
+        store = stores.open_store()
         key = store.db.write_sync(key_sql.create_key, "fuzz")[1]
         store.close()
-    server = serve_in_thread(data, auth=request.param == "auth-on")
+    server = serve_in_thread(**stores.settings, auth=request.param == "auth-on")
     with api(server.url, key) as http:
         created = [create_run(http, id=f"fuzz-{i}") for i in range(2)]
         runs = [r["id"] for r in created]

@@ -151,14 +151,14 @@ def test_silent_runs_become_crashed(make_server):
         assert http.post(f"/runs/{silent}/heartbeat").json() == {"status": "crashed"}
 
 
-def test_crash_is_detected_on_read_without_the_sweeper(make_server, tmp_path):
-    data = tmp_path / "shared"
-    first = make_server(data_dir=data)
+def test_crash_is_detected_on_read_without_the_sweeper(make_server, new_stores):
+    stores = new_stores()
+    first = make_server(stores)
     with api(first.url) as http:
         rid = create_run(http)["id"]
     first.stop()
     # A replica with a tiny timeout: the read itself notices (the sweep may not have run yet).
-    second = make_server(data_dir=data, heartbeat_timeout=0.05)
+    second = make_server(stores, heartbeat_timeout=0.05)
     time.sleep(0.1)
     with api(second.url) as http:
         assert http.get(f"/runs/{rid}").json()["status"] == "crashed"

@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from .. import __version__
 from . import search_indexer
 from .config import ServerSettings
+from .errors import ApiError
 from .handlers import install_handlers
 from .limits import BodyLimit
 from .prime import include_prime
@@ -81,12 +82,18 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
 
 
 async def _sweep_forever(state: ServerState) -> None:
+    """Crash silent runs, forever. Every replica runs one: the sweep locks its candidate rows
+    with SKIP LOCKED and crashes each by a compare-and-set, so two sweeps never crash a run
+    twice (store/runs.crash_stale)."""
     interval = min(_MAX_SWEEP_SECONDS, max(0.05, state.settings.heartbeat_timeout / 4))
     while True:
         await asyncio.sleep(interval)
         try:
             crashed = await state.store.sweep()
-        except Exception:  # a busy database: try again at the next tick
+        except ApiError as exc:  # the database is busy or unreachable: the next tick retries
+            logger.warning("openruns: crash sweep skipped: %s", exc.message)
+            continue
+        except Exception:
             logger.warning("openruns: the crash sweep failed; retrying", exc_info=True)
             continue
         if crashed:

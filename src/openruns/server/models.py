@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from ..spec import MAX_CONFIG_SOURCE_BYTES
+from ..spec import MAX_CONFIG_SOURCE_BYTES, RunStatus
 
 __all__ = [
     "AnnotationsPage",
@@ -41,8 +41,10 @@ ShortText = Annotated[str, StringConstraints(max_length=1024)]
 LongText = Annotated[str, StringConstraints(max_length=100_000)]
 TeamId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 GroupName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-Status = Literal["running", "completed", "failed", "cancelled", "crashed"]
-Terminal = Literal["completed", "failed", "cancelled", "crashed"]
+# The run statuses come from spec.RunStatus, the one vocabulary; Literal of their values keeps
+# the OpenAPI enum and the validation messages plain strings.
+Status = Literal[tuple(s.value for s in RunStatus)]  # type: ignore[valid-type]
+Terminal = Literal[tuple(s.value for s in RunStatus if s.is_terminal())]  # type: ignore[valid-type]
 Count = Annotated[int, Field(ge=0, le=MAX_INT)]
 
 

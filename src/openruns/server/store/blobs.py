@@ -1,11 +1,13 @@
 """
 Blob storage for episode segments: written once, never edited.
 
-`BlobStore` is the interface a backend implements (a local directory here; S3 later, where
-put_atomic is a single PUT). `LocalBlobStore.put_atomic` writes a temporary file, fsyncs it,
-renames it into place and fsyncs the directory, so once it returns the blob is durable, and a
-crash at any point leaves either no blob or the whole blob under its key, never a torn one.
-All methods block; call them off the event loop.
+`BlobStore` is the interface a backend implements: a local directory (here) or an
+S3-compatible bucket (s3.py, where put_atomic is one PUT, or a multipart upload that becomes
+visible whole when it completes). `open_blobs("s3://bucket/prefix")` or `open_blobs("/dir")`
+picks one. `LocalBlobStore.put_atomic` writes a temporary file, fsyncs it, renames it into
+place and fsyncs the directory, so once it returns the blob is durable, and a crash at any
+point leaves either no blob or the whole blob under its key, never a torn one. All methods
+block; call them off the event loop.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Protocol
 
 from ...rundir import fsync_dir
 
-__all__ = ["BlobStore", "LocalBlobStore"]
+__all__ = ["BlobStore", "LocalBlobStore", "open_blobs"]
 
 
 class BlobStore(Protocol):
@@ -34,6 +36,24 @@ class BlobStore(Protocol):
         ...
 
     def exists(self, key: str) -> bool: ...
+
+    def describe(self) -> str:
+        """Where the blobs are, for messages."""
+        ...
+
+
+def open_blobs(location: str, endpoint_url: str | None = None) -> BlobStore:
+    """The blob store at `location`: `s3://bucket[/prefix]` or a directory (created if new).
+    Raises ValueError with a one-line reason when it cannot be used."""
+    if location.startswith("s3://"):
+        from .s3 import S3BlobStore
+
+        store = S3BlobStore.from_url(location, endpoint_url)
+        store.check()
+        return store
+    if "://" in location:
+        raise ValueError(f"unsupported blob store {location!r}: use a directory or s3://BUCKET")
+    return LocalBlobStore(Path(location))
 
 
 class LocalBlobStore:
@@ -71,6 +91,9 @@ class LocalBlobStore:
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def describe(self) -> str:
+        return str(self.root)
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")

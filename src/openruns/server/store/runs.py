@@ -3,8 +3,10 @@ Run rows: create, read, list, patch, finish, heartbeat, crash sweep. Functions o
 Connection, called by Store inside one read or write transaction.
 
 A run row comes back as a dict with the JSON columns decoded, plus `seq` (internal key).
-Finishing is a compare-and-set from `running` in SQL, so it stays correct with several server
-replicas on one database.
+Statuses are spec.RunStatus values. Every rule that must hold across server replicas is
+enforced by the database: a create replay finds the row the unique constraints kept (insert
+or ignore, then read), finishing and crashing are compare-and-sets from `running`, a summary
+merge holds the run's row lock, and the crash sweep skips rows another replica is sweeping.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, RowMapping, delete, insert, select, update
 
+from ...spec import RunStatus
 from ..errors import ApiError, bad_request, conflict
 from .schema import run_tags, runs
+from .sql import insert_ignore
 
 __all__ = [
     "JSON_COLUMNS",
@@ -33,7 +37,8 @@ __all__ = [
 ]
 
 JSON_COLUMNS = ("environments", "tags", "config", "training", "summary", "losses")
-TERMINAL = ("completed", "failed", "cancelled", "crashed")
+RUNNING = RunStatus.RUNNING.value
+TERMINAL = tuple(s.value for s in RunStatus if s.is_terminal())
 NO_LOSSES = {"dropped_records": 0, "failed_records": {}}
 
 
@@ -72,28 +77,17 @@ def create_run(
     taken by another team is a conflict. `fields["resume"]`: an existing run that ended is
     running again (a process resumes it with an explicit id). `fields["heartbeat"]` false: no
     process heartbeats for the run (a scheduler created it), so silence never crashes it.
+    Two replicas racing with the same create both end with the same run: the insert ignores a
+    conflict on either unique column, then reads.
     """
-    existing = None
-    if create_key is not None:
-        row = (
-            conn.execute(
-                select(runs).where(runs.c.team_id == team_id, runs.c.create_key == create_key)
-            )
-            .mappings()
-            .first()
-        )
-        existing = _run(row) if row else None
-    if existing is None:
-        existing = get_run(conn, fields["id"])
-        if existing is not None and existing["team_id"] != team_id:
-            raise conflict("run_id_taken", f"run id {fields['id']!r} is already in use")
+    existing = _existing(conn, team_id, fields["id"], create_key)
     if existing is not None:
         if fields.get("resume"):
             conn.execute(
                 update(runs)
                 .where(runs.c.seq == existing["seq"])
                 .values(
-                    status="running",
+                    status=RUNNING,
                     error=None,
                     finished_at=None,
                     updated_at=now,
@@ -117,7 +111,7 @@ def create_run(
         "tags": dump_json(tags, "tags"),
         "config": _json_or_null(fields.get("config"), "config"),
         "training": _json_or_null(fields.get("training"), "training"),
-        "status": "running",
+        "status": RUNNING,
         "error": None,
         "summary": "{}",
         "losses": dump_json(NO_LOSSES, "losses"),
@@ -130,9 +124,35 @@ def create_run(
         "notes": None,
         "group_name": fields.get("group"),
     }
-    seq = conn.execute(insert(runs).values(values)).inserted_primary_key[0]
+    seq = conn.execute(
+        insert_ignore(conn, runs).values(values).returning(runs.c.seq)
+    ).scalar_one_or_none()
+    if seq is None:  # another transaction created it first
+        existing = _existing(conn, team_id, fields["id"], create_key)
+        assert existing is not None, "a conflicting run row must exist once it is committed"
+        return existing, False
     _set_tags(conn, seq, tags)
     return {**_run(values), "seq": seq}, True
+
+
+def _existing(
+    conn: Connection, team_id: str, run_id: str, create_key: str | None
+) -> dict[str, Any] | None:
+    """The run this create already made (by Idempotency-Key, else by id), if any."""
+    if create_key is not None:
+        row = (
+            conn.execute(
+                select(runs).where(runs.c.team_id == team_id, runs.c.create_key == create_key)
+            )
+            .mappings()
+            .first()
+        )
+        if row:
+            return _run(row)
+    existing = get_run(conn, run_id)
+    if existing is not None and existing["team_id"] != team_id:
+        raise conflict("run_id_taken", f"run id {run_id!r} is already in use")
+    return existing
 
 
 def list_runs(
@@ -171,12 +191,16 @@ def list_runs(
 
 def patch_run(conn: Connection, seq: int, changes: dict[str, Any], now: float) -> None:
     """Apply a PATCH: `summary` is merged key by key, `fill` sets fields where the run has
-    none, the other fields replace."""
+    none, the other fields replace. The run's row is locked first, so concurrent patches on two
+    replicas apply one after the other (both summary merges land; tag rewrites do not
+    collide)."""
+    current = conn.execute(
+        select(runs.c.summary).where(runs.c.seq == seq).with_for_update()
+    ).scalar_one()
     if "fill" in changes:
         _fill(conn, seq, changes["fill"])
     values: dict[str, Any] = {"updated_at": now}
     if "summary" in changes:
-        current = conn.execute(select(runs.c.summary).where(runs.c.seq == seq)).scalar_one()
         merged = {**orjson.loads(current), **changes["summary"]}
         values["summary"] = dump_json(merged, "summary")
     if "losses" in changes:
@@ -203,7 +227,7 @@ def _fill(conn: Connection, seq: int, fields: dict[str, Any]) -> None:
             continue
         column = runs.c[name]
         if name == "error":
-            where = [column.is_(None), runs.c.status == "running"]
+            where = [column.is_(None), runs.c.status == RUNNING]
         elif name in _EMPTY_JSON:
             where = [column == _EMPTY_JSON[name]]
         elif name in _NULLABLE:
@@ -236,8 +260,8 @@ def finish_run(
     """
     done = conn.execute(
         update(runs)
-        .where(runs.c.seq == seq, runs.c.status == "running")
-        .values(status=status, error=error, finished_at=now, updated_at=now)
+        .where(runs.c.seq == seq, runs.c.status == RUNNING)
+        .values(status=str(status), error=error, finished_at=now, updated_at=now)
     ).rowcount
     if done:
         if changes:
@@ -253,7 +277,7 @@ def heartbeat(conn: Connection, seq: int, now: float) -> str:
     """Record a heartbeat of a running run; returns the run's status either way."""
     conn.execute(
         update(runs)
-        .where(runs.c.seq == seq, runs.c.status == "running")
+        .where(runs.c.seq == seq, runs.c.status == RUNNING)
         .values(last_heartbeat_at=now)
     )
     return conn.execute(select(runs.c.status).where(runs.c.seq == seq)).scalar_one()
@@ -261,7 +285,7 @@ def heartbeat(conn: Connection, seq: int, now: float) -> str:
 
 def stale_error(run: dict[str, Any], now: float, timeout: float) -> str | None:
     """The crash message when `run` is running and silent past `timeout`, else None."""
-    if run["status"] != "running":
+    if run["status"] != RUNNING:
         return None
     last = run["last_heartbeat_at"] or run["created_at"]
     if now - last <= timeout:
@@ -273,9 +297,16 @@ def stale_error(run: dict[str, Any], now: float, timeout: float) -> str | None:
 
 
 def crash_stale(conn: Connection, now: float, timeout: float, seq: int | None = None) -> int:
-    """Mark running runs silent past `timeout` as crashed (one run, or all); returns how many."""
-    query = select(runs.c.seq, runs.c.status, runs.c.created_at, runs.c.last_heartbeat_at).where(
-        runs.c.status == "running"
+    """
+    Mark running runs silent past `timeout` as crashed (one run, or all); returns how many this
+    call crashed. Safe on every replica at once: the candidate rows are locked, skipping those
+    another sweep holds (PostgreSQL), and the update is a compare-and-set from running, so a
+    run is crashed exactly once.
+    """
+    query = (
+        select(runs.c.seq, runs.c.status, runs.c.created_at, runs.c.last_heartbeat_at)
+        .where(runs.c.status == RUNNING)
+        .with_for_update(skip_locked=True)
     )
     if seq is not None:
         query = query.where(runs.c.seq == seq)
@@ -286,8 +317,8 @@ def crash_stale(conn: Connection, now: float, timeout: float, seq: int | None = 
             continue
         crashed += conn.execute(
             update(runs)
-            .where(runs.c.seq == row["seq"], runs.c.status == "running")
-            .values(status="crashed", error=message, finished_at=now, updated_at=now)
+            .where(runs.c.seq == row["seq"], runs.c.status == RUNNING)
+            .values(status=RunStatus.CRASHED.value, error=message, finished_at=now, updated_at=now)
         ).rowcount
     return crashed
 
@@ -309,7 +340,7 @@ def _json_or_null(value: Any, field: str) -> str | None:
 def require_running_or_grace(run: dict[str, Any], now: float, grace: float) -> None:
     """409 for an upload to a run finished longer than `grace` seconds ago."""
     finished = run["finished_at"]
-    if run["status"] != "running" and finished is not None and now - finished > grace:
+    if run["status"] != RUNNING and finished is not None and now - finished > grace:
         raise ApiError(
             409,
             "run_finished",

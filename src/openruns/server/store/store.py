@@ -1,15 +1,20 @@
 """
 Store: every metadata read and write the server makes, as awaitable methods.
 
-    store = Store.open(settings.database_url, heartbeat_timeout=300)
+    store = Store.open(settings.sqlalchemy_url(), heartbeat_timeout=300)
     run, created = await store.create_run("team", {"id": ..., "kind": "eval"}, None)
     await store.ingest_metrics(run["seq"], key, points, rows=10)
     store.close()
 
-Each method is one transaction (db.py: writes serialized on one thread, reads on a pool). The
-SQL lives in the modules next to this one, one per concern; this class only sequences them. A
-run that is running but silent past the heartbeat timeout is marked crashed when it is read,
-as well as by the server's periodic sweep, so the rule holds whichever replica answers.
+Each method is one transaction (db.py). The SQL lives in the modules next to this one, one
+per concern; this class only sequences them. A run that is running but silent past the
+heartbeat timeout is marked crashed when it is read, as well as by the server's periodic
+sweep, so the rule holds whichever replica answers.
+
+Bulk uploads take the run's write lock (sql.lock_run) before checking their receipt, so on
+PostgreSQL a replay racing its first attempt on another replica waits for it and then answers
+its receipt; the receipts' primary key is the last line of defence (a duplicate rolls the
+whole upload back). Either way nothing is stored twice.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from .annotations import of_episode as annotations_of_episode
 from .annotations import page as annotations_page
 from .db import Database
 from .receipts import get_receipt, put_receipt
+from .sql import lock_run
 
 __all__ = ["Store"]
 
@@ -36,9 +42,16 @@ class Store:
         self.secret: bytes = db.write_sync(keys.server_secret)
 
     @classmethod
-    def open(cls, url: str, heartbeat_timeout: float = 300.0, query_timeout: float = 30.0) -> Store:
+    def open(
+        cls,
+        url: str,
+        heartbeat_timeout: float = 300.0,
+        query_timeout: float = 30.0,
+        pool_size: int = 8,
+        pool_timeout: float = 10.0,
+    ) -> Store:
         """Connect, migrate to the newest schema, load the server secret."""
-        db = Database.open(url, query_timeout)
+        db = Database.open(url, query_timeout, pool_size, pool_timeout)
         try:
             return cls(db, heartbeat_timeout)
         except BaseException:
@@ -120,6 +133,7 @@ class Store:
         """Merge the points and store the receipt, unless `key` was stored already."""
 
         def write(conn: Connection) -> dict[str, Any]:
+            lock_run(conn, run_seq)
             prior = get_receipt(conn, run_seq, "metrics", key)
             if prior is not None:
                 return prior
@@ -143,6 +157,7 @@ class Store:
         stored already (then the blob just written stays unreferenced)."""
 
         def write(conn: Connection) -> dict[str, Any]:
+            lock_run(conn, run_seq)
             prior = get_receipt(conn, run_seq, "episodes", key)
             if prior is not None:
                 return prior
@@ -160,6 +175,7 @@ class Store:
         """Append the annotations and store the receipt, unless `key` was stored already."""
 
         def write(conn: Connection) -> dict[str, Any]:
+            lock_run(conn, run_seq)
             prior = get_receipt(conn, run_seq, "annotations", key)
             if prior is not None:
                 return prior
