@@ -4,10 +4,10 @@ The ASGI application.
     app = create_app(ServerSettings(data_dir=Path("data")))
 
 `create_app` assembles small parts: the lifespan (open the store, run the crash sweeper and the
-search indexer, close),
-the body-size middleware, the error handlers, the API routers under /api/v1, and the dashboard
-router (web/) at the root. Pass an already-open `state` to keep startup errors out of the
-lifespan (serve.py does, so they can be reported in one line).
+search indexer, close), the middlewares (security headers and trusted proxies, the body-size
+cap, the refusal of NaN in JSON bodies), the error handlers, the API routers under /api/v1,
+and the dashboard router (web/) at the root. Pass an already-open `state` to keep startup
+errors out of the lifespan (serve.py does, so they can be reported in one line).
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from .handlers import install_handlers
 from .limits import BodyLimit
 from .prime import include_prime
 from .routes import ROUTERS
+from .security import install_security
 from .state import ServerState
+from .strict_json import RejectNonFinite
 from .web import router as web_router
 
 __all__ = ["create_app"]
@@ -71,9 +73,11 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
         lifespan=lifespan,
     )
     install_handlers(app)
+    app.add_middleware(RejectNonFinite)  # inside BodyLimit: it reads capped bodies
     app.add_middleware(
         BodyLimit, json_limit=settings.max_json_bytes, ingest_limit=settings.max_body_bytes
     )
+    install_security(app, settings)  # outermost: every answer gets the headers
     for router in ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
     include_prime(app)  # the routes prime-runs calls (server/prime/)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from .config import ServerConfigError, ServerSettings
-from .limits import IngestGate, RateLimiter
+from .limits import SIGN_IN_BURST, SIGN_IN_RATE, IngestGate, RateLimiter
 from .store import BlobStore, Store, open_blobs
 from .store.db import describe_url
 
@@ -28,6 +28,7 @@ class ServerState:
     blobs: BlobStore
     limiter: RateLimiter
     gate: IngestGate
+    sign_in_limiter: RateLimiter
 
     @classmethod
     def open(cls, settings: ServerSettings) -> ServerState:
@@ -72,6 +73,9 @@ class ServerState:
             blobs=blobs,
             limiter=RateLimiter(settings.rate_limit, settings.rate_burst),
             gate=IngestGate(settings.max_ingest_requests, settings.max_ingest_bytes),
+            sign_in_limiter=RateLimiter(
+                SIGN_IN_RATE, SIGN_IN_BURST, what="sign-in attempts from this address"
+            ),
         )
 
     def close(self) -> None:
