@@ -33,6 +33,7 @@ _CODES = {
     422: "invalid_request",
     429: "rate_limited",
     503: "overloaded",
+    507: "insufficient_storage",
 }
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ...rundir import fsync_dir
+from ..errors import insufficient_storage, is_disk_full
 
 __all__ = ["BlobStore", "LocalBlobStore", "open_blobs"]
 
@@ -64,6 +65,15 @@ class LocalBlobStore:
         root.mkdir(parents=True, exist_ok=True)
 
     def put_atomic(self, key: str, data: bytes) -> None:
+        """A full disk is a 507 (errors.insufficient_storage), leaving no temporary file."""
+        try:
+            self._put_atomic(key, data)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise insufficient_storage(f"the blob store {self.root}") from exc
+            raise
+
+    def _put_atomic(self, key: str, data: bytes) -> None:
         path = self._path(key)
         _makedirs_durable(path.parent)
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
@@ -78,7 +88,11 @@ class LocalBlobStore:
             tmp.unlink(missing_ok=True)
             raise
         os.close(fd)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         fsync_dir(path.parent)
 
     def get(self, key: str) -> bytes:

