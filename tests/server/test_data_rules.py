@@ -99,9 +99,7 @@ def test_auth_off_keeps_ids_unique_across_team_labels(client):
     assert (status, code) == (409, "run_id_taken")
 
 
-def test_a_database_migrated_before_per_team_ids_keeps_its_runs(
-    backend, stores_factory, tmp_path
-):
+def test_a_database_migrated_before_per_team_ids_keeps_its_runs(backend, stores_factory, tmp_path):
     if backend == "postgres":
         url = stores_factory.postgres().new_database(migrated=False)
         url = url.replace("postgresql://", "postgresql+psycopg://")

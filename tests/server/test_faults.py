@@ -13,6 +13,7 @@ SQLSTATE 53100 through the real driver) and the bucket answers as MinIO does whe
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import sqlite3
@@ -21,11 +22,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
+import pyarrow.parquet as pq
 import pytest
 from botocore.exceptions import ClientError
 from sqlalchemy import create_engine
 
 from openruns.server import serve_in_thread
+from openruns.server.store import episodes as episodes_sql
 
 from .helpers import api, create_run, episode, error_of, metric_rows, ndjson, upload
 
@@ -176,3 +179,77 @@ def test_a_full_disk_is_507_reads_go_on_and_writes_resume(
         assert len(exported) == 53
         assert len({orjson.loads(line)["id"] for line in exported}) == 53
     assert not [r for r in caplog.records if "internal error" in r.getMessage()]
+
+
+def _segments(handle, run_id: str) -> list[tuple[str, int]]:
+    state = state_of(handle)
+
+    def read(conn):
+        from openruns.server.store import runs
+
+        run = runs.get_run(conn, run_id)
+        return episodes_sql.segments_of(conn, run["seq"], "episodes")
+
+    return state.store.db.read_sync(read)
+
+
+def test_damaged_truncated_or_missing_segments_are_named_and_exports_stay_whole(
+    make_server, caplog
+):
+    caplog.set_level(logging.WARNING, logger="openruns.server")
+    handle = make_server()
+    with api(handle.url) as http:
+        run = create_run(http)["id"]
+        batches = [[episode(i, step, 0.25 * i) for i in range(3)] for step in range(4)]
+        for batch in batches:
+            assert upload(http, run, "episodes", ndjson(batch)).status_code == 200
+        (missing, _), (truncated, _), (flipped, _), (intact, _) = _segments(handle, run)
+        blobs = state_of(handle).blobs
+        blobs.delete(missing)
+        whole = blobs.get(truncated)
+        blobs.put_atomic(truncated, whole[: len(whole) // 2])
+        damaged = bytearray(blobs.get(flipped))
+        damaged[len(damaged) // 2] ^= 0xFF
+        blobs.put_atomic(flipped, bytes(damaged))
+
+        for step, key, reason in (
+            (0, missing, "missing"),
+            (1, truncated, "truncated"),
+            (2, flipped, "does not decompress"),
+        ):
+            status, code, message = error_of(http.get(f"/runs/{run}/episodes/ep-{step}-1"))
+            assert (status, code) == (410, "damaged_segment")
+            assert key in message and reason in message and "openruns server check" in message
+        assert http.get(f"/runs/{run}/episodes/ep-3-1").json()["id"] == "ep-3-1"
+
+        # The whole-segment export and the record-wise one: whole lines, then the account.
+        for params in ({}, {"env": "math"}):
+            response = http.get(f"/runs/{run}/export/episodes.ndjson", params=params)
+            assert response.status_code == 200
+            lines = [orjson.loads(line) for line in response.content.splitlines()]
+            *records, trailer = lines
+            assert [r["id"] for r in records] == [f"ep-3-{i}" for i in range(3)]
+            report = trailer["_openruns_export"]
+            assert report["complete"] is False and report["skipped_records"] == 9
+            assert {d["segment"] for d in report["damaged"]} == {missing, truncated, flipped}
+            assert report["stopped"] is None
+
+        response = http.get(f"/runs/{run}/export/episodes.parquet")
+        table = pq.read_table(io.BytesIO(response.content))
+        assert table.column("id").to_pylist() == [f"ep-3-{i}" for i in range(3)]
+        footer = pq.ParquetFile(io.BytesIO(response.content)).metadata.metadata
+        report = orjson.loads(footer[b"openruns.export"])
+        assert report["skipped_records"] == 9 and len(report["damaged"]) == 3
+
+        previews = http.get(f"/runs/{run}/previews", params={"ids": "ep-0-0,ep-3-0"})
+        assert previews.status_code == 200
+    assert not [r for r in caplog.records if "internal error" in r.getMessage()]
+    assert [r for r in caplog.records if "skipped 3 record(s)" in r.getMessage()]
+
+
+def test_an_intact_export_has_no_account_line(client):
+    run = create_run(client)["id"]
+    records = [episode(i, 0, 1.0) for i in range(5)]
+    assert upload(client, run, "episodes", ndjson(records)).status_code == 200
+    exported = client.get(f"/runs/{run}/export/episodes.ndjson").content
+    assert exported == ndjson(records)

@@ -85,8 +85,7 @@ def insufficient_storage(where: str) -> ApiError:
     return ApiError(
         507,
         "insufficient_storage",
-        f"{where} is out of space: nothing of this request was stored; retry once space "
-        "is freed",
+        f"{where} is out of space: nothing of this request was stored; retry once space is freed",
         {"Retry-After": str(DISK_FULL_RETRY_S)},
     )
 

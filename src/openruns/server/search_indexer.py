@@ -24,8 +24,8 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from .rollouts import Location, load_records, parse, record_text
 from .errors import ApiError
+from .rollouts import Location, load_records, parse, record_text
 from .state import ServerState
 from .store.search import Document
 

@@ -14,13 +14,24 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from ...rundir import fsync_dir
 from ..errors import insufficient_storage, is_disk_full
 
-__all__ = ["BlobStore", "LocalBlobStore", "open_blobs"]
+__all__ = ["BlobInfo", "BlobStore", "LocalBlobStore", "open_blobs"]
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    """A stored blob as a listing shows it (for `openruns server check`)."""
+
+    key: str
+    size: int
+    modified: float  # epoch seconds
 
 
 class BlobStore(Protocol):
@@ -37,6 +48,14 @@ class BlobStore(Protocol):
         ...
 
     def exists(self, key: str) -> bool: ...
+
+    def delete(self, key: str) -> None:
+        """Remove a blob (nothing when there is none)."""
+        ...
+
+    def list_blobs(self) -> Iterator[BlobInfo]:
+        """Every blob, in no particular order."""
+        ...
 
     def describe(self) -> str:
         """Where the blobs are, for messages."""
@@ -105,6 +124,24 @@ class LocalBlobStore:
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def list_blobs(self) -> Iterator[BlobInfo]:
+        """Every blob file; temporary files of writes in progress (dot files) are not blobs."""
+        for directory, dirs, files in os.walk(self.root):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            for name in files:
+                if name.startswith("."):
+                    continue
+                path = Path(directory, name)
+                try:
+                    stat = path.stat()
+                except FileNotFoundError:
+                    continue
+                key = path.relative_to(self.root).as_posix()
+                yield BlobInfo(key, stat.st_size, stat.st_mtime)
 
     def describe(self) -> str:
         return str(self.root)

@@ -306,8 +306,8 @@ class Store:
             )
         )
 
-    async def segment_keys(self, run_seq: int, stream: str) -> list[str]:
-        return await self.db.read(episodes.segment_keys, run_seq, stream)
+    async def segments_of(self, run_seq: int, stream: str) -> list[tuple[str, int]]:
+        return await self.db.read(episodes.segments_of, run_seq, stream)
 
     # -- the Prime wire (server/prime/; SQL in prime.py) ------------------------------------
 
