@@ -17,7 +17,7 @@ from .limits import SIGN_IN_BURST, SIGN_IN_RATE, IngestGate, RateLimiter
 from .store import BlobStore, Store, open_blobs
 from .store.db import describe_url
 
-__all__ = ["ServerState", "server_state"]
+__all__ = ["ServerState", "open_stores", "server_state"]
 
 
 @dataclass
@@ -35,37 +35,7 @@ class ServerState:
         """Check the settings, open (and migrate) the store, reach the blob store.
         ServerConfigError says, in one line, which of them failed and why."""
         auth_enabled = settings.auth_enabled()
-        url = settings.sqlalchemy_url()
-        if settings.uses_data_dir():
-            try:
-                settings.data_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ServerConfigError(
-                    f"cannot open the data directory {settings.data_dir}: {_reason(exc)}"
-                ) from exc
-        try:
-            blobs = open_blobs(settings.blob_location(), settings.s3_endpoint_url)
-        except ImportError as exc:
-            raise _missing_extra(exc, "s3") from exc
-        except (OSError, ValueError) as exc:
-            raise ServerConfigError(
-                f"cannot use the blob store {settings.blob_location()}: {_reason(exc)}"
-            ) from exc
-        try:
-            store = Store.open(
-                url,
-                heartbeat_timeout=settings.heartbeat_timeout,
-                query_timeout=settings.query_timeout,
-                pool_size=settings.db_pool_size,
-                pool_timeout=settings.db_pool_timeout,
-            )
-        except ImportError as exc:
-            raise _missing_extra(exc, "postgres") from exc
-        except Exception as exc:
-            raise ServerConfigError(
-                f"cannot open the database {describe_url(settings.database_url or url)}: "
-                f"{_reason(exc)}"
-            ) from exc
+        store, blobs = open_stores(settings)
         return cls(
             settings=settings,
             auth_enabled=auth_enabled,
@@ -84,6 +54,42 @@ class ServerState:
     def run_url(self, run_id: str) -> str:
         path = f"/runs/{run_id}"
         return self.settings.public_url.rstrip("/") + path if self.settings.public_url else path
+
+
+def open_stores(settings: ServerSettings) -> tuple[Store, BlobStore]:
+    """The database (migrated) and the blob store of `settings`; ServerConfigError says, in
+    one line, which of them cannot be used and why."""
+    url = settings.sqlalchemy_url()
+    if settings.uses_data_dir():
+        try:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ServerConfigError(
+                f"cannot open the data directory {settings.data_dir}: {_reason(exc)}"
+            ) from exc
+    try:
+        blobs = open_blobs(settings.blob_location(), settings.s3_endpoint_url)
+    except ImportError as exc:
+        raise _missing_extra(exc, "s3") from exc
+    except (OSError, ValueError) as exc:
+        raise ServerConfigError(
+            f"cannot use the blob store {settings.blob_location()}: {_reason(exc)}"
+        ) from exc
+    try:
+        store = Store.open(
+            url,
+            heartbeat_timeout=settings.heartbeat_timeout,
+            query_timeout=settings.query_timeout,
+            pool_size=settings.db_pool_size,
+            pool_timeout=settings.db_pool_timeout,
+        )
+    except ImportError as exc:
+        raise _missing_extra(exc, "postgres") from exc
+    except Exception as exc:
+        raise ServerConfigError(
+            f"cannot open the database {describe_url(settings.database_url or url)}: {_reason(exc)}"
+        ) from exc
+    return store, blobs
 
 
 def server_state(request: Request) -> ServerState:
