@@ -16,8 +16,10 @@ import contextlib
 import io
 import logging
 import os
+import socket
 import sqlite3
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -253,3 +255,35 @@ def test_an_intact_export_has_no_account_line(client):
     assert upload(client, run, "episodes", ndjson(records)).status_code == 200
     exported = client.get(f"/runs/{run}/export/episodes.ndjson").content
     assert exported == ndjson(records)
+
+
+def test_a_client_that_hangs_up_mid_body_is_not_an_internal_error(make_server, caplog):
+    caplog.set_level(logging.INFO)
+    uvicorn_errors = logging.getLogger("uvicorn.error")  # does not propagate to the root
+    uvicorn_errors.addHandler(caplog.handler)
+    try:
+        handle = make_server()
+        with api(handle.url) as http:
+            run = create_run(http)["id"]
+        host, port = handle.url.removeprefix("http://").split(":")
+        paths = [f"/api/v1/runs/{run}/{kind}" for kind in ("metrics", "episodes", "annotations")]
+        for path in paths:
+            with socket.create_connection((host, int(port))) as conn:
+                conn.sendall(
+                    f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 100000\r\n"
+                    "Content-Type: application/x-ndjson\r\n\r\n".encode()
+                    + b'{"step": 1, "values": {"a": 1}}\n'
+                )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _hung_up(caplog) < len(paths):
+            time.sleep(0.05)
+        assert _hung_up(caplog) == len(paths)
+    finally:
+        uvicorn_errors.removeHandler(caplog.handler)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def _hung_up(caplog) -> int:
+    return sum("client hung up" in r.getMessage() for r in caplog.records)

@@ -1,7 +1,8 @@
 """
 Responses and error handlers: JSON bodies through orjson, and every error as
 `{"error": {"code", "message"}}`, whatever raised it (ApiError, FastAPI's request validation,
-Starlette's 404/405, or a bug: 500 `internal_error`, logged).
+Starlette's 404/405, or a bug: 500 `internal_error`, logged). A client that hangs up mid-body
+is logged as such in one line, not as an error.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from .errors import ApiError
@@ -81,6 +83,17 @@ def _location(loc: Any) -> str:
     return ".".join(str(part) for part in loc) or "request"
 
 
+async def _client_disconnected(request: Request, exc: Exception) -> Response:
+    # The client hung up while sending its body: nobody will read an answer, nothing of the
+    # request was stored, and it is not the server's fault (no traceback, no error).
+    logger.info(
+        "openruns: the client hung up during %s %s; nothing stored",
+        request.method,
+        request.url.path,
+    )
+    return error_response(400, "client_disconnected", "the client hung up before its body ended")
+
+
 async def _internal_error(request: Request, exc: Exception) -> Response:
     logger.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, "internal_error", "internal server error (logged on the server)")
@@ -90,4 +103,5 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(ClientDisconnect, _client_disconnected)
     app.add_exception_handler(Exception, _internal_error)
