@@ -23,7 +23,7 @@ from .. import __version__
 from . import search_indexer
 from .config import ServerSettings
 from .errors import ApiError
-from .handlers import install_handlers
+from .handlers import document_errors, install_handlers
 from .limits import BodyLimit
 from .prime import include_prime
 from .routes import ROUTERS
@@ -82,6 +82,7 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
         app.include_router(router, prefix=API_PREFIX)
     include_prime(app)  # the routes prime-runs calls (server/prime/)
     app.include_router(web_router)
+    document_errors(app)
     return app
 
 
