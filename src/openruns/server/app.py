@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from .. import __version__
-from . import search_indexer
+from . import api_docs, search_indexer
 from .config import ServerSettings
 from .errors import ApiError
 from .handlers import document_errors, install_handlers
@@ -68,7 +68,7 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
         version=__version__,
         description="Run tracker for LLM evaluation and RL training: the native API (v1).",
         openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=f"{API_PREFIX}/docs",
+        docs_url=None,  # api_docs.py: the same Swagger UI, without inline script
         redoc_url=None,
         lifespan=lifespan,
     )
@@ -81,6 +81,7 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
     for router in ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
     include_prime(app)  # the routes prime-runs calls (server/prime/)
+    app.include_router(api_docs.router)
     app.include_router(web_router)
     document_errors(app)
     return app
