@@ -70,6 +70,8 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
         openapi_url=f"{API_PREFIX}/openapi.json",
         docs_url=None,  # api_docs.py: the same Swagger UI, without inline script
         redoc_url=None,
+        # A path with a stray "/" is a 404 naming it, not a redirect no operation documents.
+        redirect_slashes=False,
         lifespan=lifespan,
     )
     install_handlers(app)

@@ -8,7 +8,7 @@ processes can serve one deployment. (Rate limits and the ingest gate count per p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
@@ -28,7 +28,11 @@ class ServerState:
     blobs: BlobStore
     limiter: RateLimiter
     gate: IngestGate
-    sign_in_limiter: RateLimiter
+    sign_in_limiter: RateLimiter = field(
+        default_factory=lambda: RateLimiter(
+            SIGN_IN_RATE, SIGN_IN_BURST, what="sign-in attempts from this address"
+        )
+    )
 
     @classmethod
     def open(cls, settings: ServerSettings) -> ServerState:
@@ -43,9 +47,6 @@ class ServerState:
             blobs=blobs,
             limiter=RateLimiter(settings.rate_limit, settings.rate_burst),
             gate=IngestGate(settings.max_ingest_requests, settings.max_ingest_bytes),
-            sign_in_limiter=RateLimiter(
-                SIGN_IN_RATE, SIGN_IN_BURST, what="sign-in attempts from this address"
-            ),
         )
 
     def close(self) -> None:
