@@ -5,7 +5,8 @@ FastAPI parses request bodies with Python's `json`, which accepts the non-standa
 `Infinity` and `-Infinity`; stored through orjson they would become null without a word. This
 middleware looks at every JSON body FastAPI will parse (bulk uploads are NDJSON parsed by
 orjson, which refuses them with the line number) and answers 400 `non_finite_number` naming
-the first such field, e.g. `summary.loss`.
+the first such field, e.g. `summary.loss`. One route converts and counts instead: the Prime
+wire's metrics row (`POST /rft/metrics`) leaves such a value out and names it in `ignored`.
 
 The scan costs one substring search per body; only a body that contains `NaN` or `Infinity`
 somewhere (in a string, say) is parsed a second time to find the field.
@@ -26,11 +27,14 @@ __all__ = ["RejectNonFinite", "non_finite_field"]
 
 _BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 _JSON_TYPE = re.compile(rb"^\s*application/(?:[\w.+-]*\+)?json\s*(?:;|$)", re.IGNORECASE)
-# The routes that read their bodies themselves, as NDJSON, multipart or bytes (limits.py).
-_RAW_BODY_PATH = re.compile(
+# The routes that read their bodies themselves, as NDJSON, multipart or bytes (limits.py), and
+# the Prime wire's metrics row, which converts instead: a NaN value is left out and named in
+# its answer's `ignored`, as the platform does.
+_OWN_BODY_PATH = re.compile(
     r"^/api/v1/runs/[^/]+/(metrics|episodes|annotations)$"
     r"|^/api/(v1|internal)/evaluations/[^/]+/samples$"
     r"|^/api/v1/(traces|prime/objects/.+)$"
+    r"|^/api/(v1|internal)/rft/metrics$"
 )
 
 
@@ -112,7 +116,7 @@ class RejectNonFinite:
 def _is_parsed_json(scope: Scope) -> bool:
     if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
         return False
-    if _RAW_BODY_PATH.match(scope["path"]):
+    if _OWN_BODY_PATH.match(scope["path"]):
         return False
     content_type = next((v for k, v in scope["headers"] if k == b"content-type"), None)
     return content_type is None or bool(_JSON_TYPE.match(content_type))
