@@ -287,3 +287,12 @@ def test_a_client_that_hangs_up_mid_body_is_not_an_internal_error(make_server, c
 
 def _hung_up(caplog) -> int:
     return sum("client hung up" in r.getMessage() for r in caplog.records)
+
+
+def test_the_sdk_keeps_and_retries_what_a_full_disk_refused():
+    """A 507 is transient to the SDK, like a 503: its batch is kept and retried, not rejected."""
+    from openruns.errors import RetryableAPIError, error_for_status, is_transient
+
+    error = error_for_status(507, "the database is out of space", "insufficient_storage", 30)
+    assert isinstance(error, RetryableAPIError) and is_transient(error)
+    assert error.retry_after == 30
