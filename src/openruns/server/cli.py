@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "s3://BUCKET/PREFIX let several replicas share one deployment. Auth is off when "
         "listening on a loopback address; any other address needs --auth (API keys) or "
         "--insecure. Every flag is also the variable OPENRUNS_<NAME> and the key <name> of the "
-        "config file; a flag wins over the variable, the variable over the file."
+        "config file; a flag wins over the variable, the variable over the file. `openruns "
+        "server check` lists damaged or unreferenced blobs."
     )
     _add_settings(parser, [spec.name for spec in setting_specs()], default=None)
     sub = parser.add_subparsers(dest="server_action", metavar="{check}")

@@ -206,7 +206,7 @@ class Database:
             return bad_request("invalid_value", f"a value cannot be stored: {reason}")
         if state == "57014":
             return _query_timeout()
-        if state in ("53100", "53400"):  # disk_full, configuration_limit_exceeded (quotas)
+        if state == "53100":  # disk_full
             return insufficient_storage(f"the database {describe_url(self.url)}")
         if state in ("40P01", "40001", "55P03"):  # deadlock, serialization, lock not available
             return overloaded("the database is busy; retry shortly", code="database_busy")
