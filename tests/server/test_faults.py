@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import orjson
 import pyarrow.parquet as pq
 import pytest
@@ -296,3 +297,28 @@ def test_the_sdk_keeps_and_retries_what_a_full_disk_refused():
     error = error_for_status(507, "the database is out of space", "insufficient_storage", 30)
     assert isinstance(error, RetryableAPIError) and is_transient(error)
     assert error.retry_after == 30
+
+
+def test_a_missing_prime_sample_object_is_skipped_and_counted(make_server):
+    handle = make_server()
+    with httpx.Client(base_url=handle.url + "/api/v1", timeout=30) as http:
+        env = http.post("/environmentshub/resolve", json={"name": "gsm8k"}).json()["data"]["id"]
+        run = http.post("/evaluations/", json={"name": "e", "environments": [{"id": env}]})
+        run_id = run.json()["evaluation_id"]
+        for batch in ("a", "b"):
+            body = {"samples": [{"sample_id": f"{batch}{i}"} for i in range(2)]}
+            assert http.post(f"/evaluations/{run_id}/samples", json=body).status_code == 200
+        state = state_of(handle)
+
+        def objects(conn):
+            from openruns.server.store import prime, runs
+
+            return prime.list_objects(conn, runs.get_run(conn, run_id)["seq"], "eval_samples")
+
+        first = state.store.db.read_sync(objects)[0]["blob_key"]
+        state.blobs.delete(first)
+        response = http.get(f"/runs/{run_id}/prime/eval-samples")
+        *rows, trailer = [orjson.loads(line) for line in response.content.splitlines()]
+        assert [r["sample_id"] for r in rows] == ["b0", "b1"]
+        report = trailer["_openruns_export"]
+        assert report["skipped_records"] == 2 and report["damaged"][0]["segment"] == first

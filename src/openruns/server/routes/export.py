@@ -41,7 +41,7 @@ from ..store.episodes import INDEX_COLUMNS
 from ..store.metrics import is_kind
 from .deps import Caller, State, readable_run
 
-__all__ = ["router"]
+__all__ = ["ExportReport", "ndjson_to_the_end", "router"]
 
 router = APIRouter(tags=["export"])
 logger = logging.getLogger("openruns.server")
@@ -85,7 +85,7 @@ async def export(
     run = await readable_run(state, caller, run_id)
     seq = run["seq"]
     filters = {"kind": kind, "subset": subset, "env": env}
-    report = _Report(run["id"])
+    report = ExportReport(run["id"])
     body: AsyncIterator[bytes]
     if name == "metrics.ndjson":
         body = _metrics_ndjson(state, seq, kind)
@@ -102,7 +102,7 @@ async def export(
         body = _annotations_ndjson(state, seq)
     first = await anext(body, b"")  # an error before the first byte is an error answer
     if name.endswith(".ndjson"):
-        body = _ndjson_to_the_end(first, body, report)
+        body = ndjson_to_the_end(first, body, report)
     else:
         body = _after(first, body)
     media = "application/x-ndjson" if name.endswith(".ndjson") else "application/vnd.apache.parquet"
@@ -112,7 +112,7 @@ async def export(
 
 
 @dataclass
-class _Report:
+class ExportReport:
     """What an export left out (see the module docstring)."""
 
     run_id: str
@@ -153,8 +153,8 @@ async def _after(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[byte
         yield piece
 
 
-async def _ndjson_to_the_end(
-    first: bytes, rest: AsyncIterator[bytes], report: _Report
+async def ndjson_to_the_end(
+    first: bytes, rest: AsyncIterator[bytes], report: ExportReport
 ) -> AsyncIterator[bytes]:
     """The NDJSON export, then (if anything was left out) the line saying what."""
     try:
@@ -205,7 +205,7 @@ async def _metrics_tables(state: ServerState, seq: int, kind: str | None) -> Asy
 
 
 async def _episodes_ndjson(
-    state: ServerState, seq: int, stream: str, report: _Report
+    state: ServerState, seq: int, stream: str, report: ExportReport
 ) -> AsyncIterator[bytes]:
     for key, records in await state.store.segments_of(seq, stream):
         try:
@@ -230,7 +230,7 @@ async def _episodes_ndjson(
 
 
 async def _episodes_ndjson_filtered(
-    state: ServerState, seq: int, stream: str, filters: dict[str, Any], report: _Report
+    state: ServerState, seq: int, stream: str, filters: dict[str, Any], report: ExportReport
 ) -> AsyncIterator[bytes]:
     after = 0
     while rows := await state.store.episode_page(seq, stream, after, EPISODES_PAGE, **filters):
@@ -247,7 +247,7 @@ async def _annotations_ndjson(state: ServerState, seq: int) -> AsyncIterator[byt
 
 
 async def _episode_tables(
-    state: ServerState, seq: int, stream: str, filters: dict[str, Any], report: _Report
+    state: ServerState, seq: int, stream: str, filters: dict[str, Any], report: ExportReport
 ) -> AsyncIterator[Any]:
     import pyarrow as pa
 
@@ -279,7 +279,7 @@ async def _episode_tables(
 
 
 def _read_records(
-    state: ServerState, rows: list[dict[str, Any]], report: _Report
+    state: ServerState, rows: list[dict[str, Any]], report: ExportReport
 ) -> list[str | None]:
     """The JSON text of each row's record (None for one of a damaged segment: reported)."""
     out: list[str | None] = []
@@ -325,7 +325,7 @@ class _Sink:
         return out
 
 
-async def _parquet(tables: AsyncIterator[Any], report: _Report) -> AsyncIterator[bytes]:
+async def _parquet(tables: AsyncIterator[Any], report: ExportReport) -> AsyncIterator[bytes]:
     """A Parquet file, one row group per table; the first item of `tables` is the schema.
     What was left out goes into the footer's key-value metadata (`openruns.export`)."""
     import pyarrow.parquet as pq
