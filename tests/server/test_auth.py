@@ -41,9 +41,10 @@ def test_a_key_sees_only_its_team(auth_server):
             assert error_of(response)[:2] == (404, "not_found")
         assert [r["id"] for r in red.get("/runs").json()["items"]] == [rid]
         assert blue.get("/runs").json()["items"] == []
-        # A client-chosen id taken by another team is a conflict, not that team's run.
-        status, code, _ = error_of(blue.post("/runs", json={"id": rid, "kind": "eval"}))
-        assert (status, code) == (409, "run_id_taken")
+        # Ids are per team: the same client-chosen id is blue's own run, red's is untouched.
+        theirs = blue.post("/runs", json={"id": rid, "kind": "eval"})
+        assert theirs.status_code == 201 and theirs.json()["team_id"] == "blue"
+        assert red.get(f"/runs/{rid}").json()["kind"] == mine["kind"] == "train"
         other_team = red.post("/runs", json={"kind": "eval", "team_id": "blue"})
         assert other_team.status_code == 403
 

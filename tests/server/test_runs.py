@@ -54,7 +54,7 @@ def test_create_rejects_bad_fields_by_name(client):
     status, code, message = error_of(client.post("/runs", json={"kind": "nope"}))
     assert (status, code) == (422, "invalid_request") and "body.kind" in message
     status, code, message = error_of(client.post("/runs", json={"kind": "eval", "id": "a/b"}))
-    assert status == 422 and "body.id" in message
+    assert (status, code) == (400, "invalid_run_id") and "'a/b'" in message
     status, code, message = error_of(client.post("/runs", json={"kind": "eval", "colour": 1}))
     assert status == 422 and "colour" in message
     response = client.post(

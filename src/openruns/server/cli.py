@@ -1,9 +1,11 @@
 """
-`openruns server`: start the tracking server.
+`openruns server`: start the tracking server. `openruns server check`: compare the blob store
+with the database (check.py).
 
 The flags are generated from ServerSettings' declaration (config.py), so a new setting is a
 flag, a variable and a config key at once. A flag left out is None here, so that
-ServerSettings.resolve falls back to OPENRUNS_*, the config file, then the default.
+ServerSettings.resolve falls back to OPENRUNS_*, the config file, then the default. `check`
+takes the stores' settings the same way (and only those).
 
 Cheap to import (the `openruns` command imports it to build its parser): FastAPI, SQLAlchemy
 and uvicorn are imported in `run`.
@@ -19,6 +21,9 @@ from .config import ServerConfigError, ServerSettings, setting_specs
 
 __all__ = ["add_arguments", "run"]
 
+# The settings `openruns server check` needs: where the stores are.
+_STORE_SETTINGS = ("data_dir", "database_url", "blobs", "s3_endpoint_url")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
@@ -28,29 +33,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "s3://BUCKET/PREFIX let several replicas share one deployment. Auth is off when "
         "listening on a loopback address; any other address needs --auth (API keys) or "
         "--insecure. Every flag is also the variable OPENRUNS_<NAME> and the key <name> of the "
-        "config file; a flag wins over the variable, the variable over the file."
+        "config file; a flag wins over the variable, the variable over the file. `openruns "
+        "server check` lists damaged or unreferenced blobs."
     )
+    _add_settings(parser, [spec.name for spec in setting_specs()], default=None)
+    sub = parser.add_subparsers(dest="server_action", metavar="{check}")
+    check = sub.add_parser(
+        "check",
+        help="list damaged or unreferenced blobs; remove the unreferenced",
+        description="Compare the blob store with the database: list blobs the database "
+        "references that are missing, of the wrong size or (--verify) damaged, and blobs no "
+        "row references (older than --min-age-hours). Safe while the server runs. Exit status "
+        "1 when something is damaged or unreferenced blobs are left.",
+    )
+    # SUPPRESS: a flag given before `check` (openruns server --db URL check) is kept.
+    _add_settings(check, list(_STORE_SETTINGS), default=argparse.SUPPRESS)
+    check.add_argument(
+        "--verify",
+        action="store_true",
+        help="also decompress every episode segment and check its frames' checksums "
+        "(reads every blob)",
+    )
+    check.add_argument(
+        "--remove-unreferenced",
+        action="store_true",
+        help="delete the unreferenced blobs found",
+    )
+    check.add_argument(
+        "--min-age-hours",
+        type=float,
+        default=24.0,
+        metavar="H",
+        help="only blobs older than this are judged: an upload in progress writes its blob "
+        "before the row that references it (default: 24)",
+    )
+
+
+def _add_settings(parser: argparse.ArgumentParser, names: list[str], default: object) -> None:
+    """A flag per setting in `names` (generated from ServerSettings), and --config."""
     parser.add_argument(
         "--config",
         type=Path,
-        default=None,
+        default=default,
         metavar="FILE",
         help="the server's config file, TOML (default $OPENRUNS_SERVER_CONFIG, else "
         "$XDG_CONFIG_HOME/openruns/server.toml)",
     )
     for spec in setting_specs():
-        names = [f"--{spec.flag_name}"] + ([spec.alias] if spec.alias else [])
+        if spec.name not in names:
+            continue
+        flags = [f"--{spec.flag_name}"] + ([spec.alias] if spec.alias else [])
         text = f"{spec.help} (default: {spec.default_text})".replace("%", "%%")
         if spec.kind is bool:
             parser.add_argument(
-                *names, dest=spec.name, action="store_true", default=None, help=text
+                *flags, dest=spec.name, action="store_true", default=default, help=text
             )
         else:
             parser.add_argument(
-                *names,
+                *flags,
                 dest=spec.name,
                 type=str if spec.kind is frozenset else spec.kind,  # lists: parsed by resolve
-                default=None,
+                default=default,
                 metavar=spec.metavar,
                 help=text,
             )
@@ -60,8 +103,12 @@ def run(args: argparse.Namespace) -> int:
     names = [spec.name for spec in setting_specs()]
     try:
         settings = ServerSettings.resolve(
-            {name: getattr(args, name) for name in names}, config_file=args.config
+            {name: getattr(args, name, None) for name in names}, config_file=args.config
         )
+        if getattr(args, "server_action", None) == "check":
+            from .check import run as run_check
+
+            return run_check(args, settings)
         settings.auth_enabled()  # an unsafe bind fails before the heavy imports
         from .serve import serve
 

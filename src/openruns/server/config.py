@@ -217,6 +217,23 @@ class ServerSettings:
         help="a request waiting this long for a database connection gets 503 + Retry-After",
     )
 
+    session_lifetime: float = setting(
+        12 * 3600.0,
+        name="session_hours",
+        unit=3600,
+        unit_name="h",
+        metavar="H",
+        help="a dashboard sign-in lasts this long (auth on); then the browser signs in again",
+    )
+    trusted_proxies: frozenset[str] | None = setting(
+        None,
+        metavar="ADDR,...",
+        help="addresses (or CIDR ranges, or *) of reverse proxies in front of the server: their "
+        "X-Forwarded-Proto and X-Forwarded-For are believed (HTTPS session cookies are then "
+        "Secure, sign-in limits count per client)",
+        default_text="none: those headers are ignored",
+    )
+
     prime_training_teams: frozenset[str] | None = setting(
         None,
         metavar="TEAM,...",

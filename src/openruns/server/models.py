@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from ..spec import MAX_CONFIG_SOURCE_BYTES, RunStatus
+from .store.runs import RUN_ID_PATTERN
 
 __all__ = [
     "AnnotationsPage",
@@ -32,10 +33,8 @@ __all__ = [
     "StepRow",
 ]
 
-RUN_ID_PATTERN = r"^[0-9A-Za-z_.-]{1,64}$"
 MAX_INT = 2**63 - 1
 
-RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 ShortText = Annotated[str, StringConstraints(max_length=1024)]
 LongText = Annotated[str, StringConstraints(max_length=100_000)]
@@ -68,7 +67,12 @@ class Losses(BaseModel):
 
 
 class RunCreate(_Body):
-    id: RunId | None = Field(None, description="client-chosen id; a repeat returns that run")
+    # Checked by the route (400 naming the rule, store.runs.check_run_id), not by the model.
+    id: str | None = Field(
+        None,
+        description="client-chosen id, unique within the team; a repeat returns that run",
+        json_schema_extra={"pattern": RUN_ID_PATTERN},
+    )
     kind: Literal["eval", "train"]
     name: ShortText | None = None
     model: ShortText | None = None

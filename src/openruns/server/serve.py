@@ -56,6 +56,9 @@ def _server(app: Any, log_level: str) -> uvicorn.Server:
         lifespan="on",
         log_level=log_level,
         access_log=False,
+        # X-Forwarded-* are believed only from --trusted-proxies (security.install_security);
+        # uvicorn's own default would believe them from any loopback client.
+        proxy_headers=False,
         timeout_graceful_shutdown=5,
     )
     return uvicorn.Server(config)

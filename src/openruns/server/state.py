@@ -8,16 +8,16 @@ processes can serve one deployment. (Rate limits and the ingest gate count per p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
 from .config import ServerConfigError, ServerSettings
-from .limits import IngestGate, RateLimiter
+from .limits import SIGN_IN_BURST, SIGN_IN_RATE, IngestGate, RateLimiter
 from .store import BlobStore, Store, open_blobs
 from .store.db import describe_url
 
-__all__ = ["ServerState", "server_state"]
+__all__ = ["ServerState", "open_stores", "server_state"]
 
 
 @dataclass
@@ -28,43 +28,18 @@ class ServerState:
     blobs: BlobStore
     limiter: RateLimiter
     gate: IngestGate
+    sign_in_limiter: RateLimiter = field(
+        default_factory=lambda: RateLimiter(
+            SIGN_IN_RATE, SIGN_IN_BURST, what="sign-in attempts from this address"
+        )
+    )
 
     @classmethod
     def open(cls, settings: ServerSettings) -> ServerState:
         """Check the settings, open (and migrate) the store, reach the blob store.
         ServerConfigError says, in one line, which of them failed and why."""
         auth_enabled = settings.auth_enabled()
-        url = settings.sqlalchemy_url()
-        if settings.uses_data_dir():
-            try:
-                settings.data_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ServerConfigError(
-                    f"cannot open the data directory {settings.data_dir}: {_reason(exc)}"
-                ) from exc
-        try:
-            blobs = open_blobs(settings.blob_location(), settings.s3_endpoint_url)
-        except ImportError as exc:
-            raise _missing_extra(exc, "s3") from exc
-        except (OSError, ValueError) as exc:
-            raise ServerConfigError(
-                f"cannot use the blob store {settings.blob_location()}: {_reason(exc)}"
-            ) from exc
-        try:
-            store = Store.open(
-                url,
-                heartbeat_timeout=settings.heartbeat_timeout,
-                query_timeout=settings.query_timeout,
-                pool_size=settings.db_pool_size,
-                pool_timeout=settings.db_pool_timeout,
-            )
-        except ImportError as exc:
-            raise _missing_extra(exc, "postgres") from exc
-        except Exception as exc:
-            raise ServerConfigError(
-                f"cannot open the database {describe_url(settings.database_url or url)}: "
-                f"{_reason(exc)}"
-            ) from exc
+        store, blobs = open_stores(settings)
         return cls(
             settings=settings,
             auth_enabled=auth_enabled,
@@ -80,6 +55,42 @@ class ServerState:
     def run_url(self, run_id: str) -> str:
         path = f"/runs/{run_id}"
         return self.settings.public_url.rstrip("/") + path if self.settings.public_url else path
+
+
+def open_stores(settings: ServerSettings) -> tuple[Store, BlobStore]:
+    """The database (migrated) and the blob store of `settings`; ServerConfigError says, in
+    one line, which of them cannot be used and why."""
+    url = settings.sqlalchemy_url()
+    if settings.uses_data_dir():
+        try:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ServerConfigError(
+                f"cannot open the data directory {settings.data_dir}: {_reason(exc)}"
+            ) from exc
+    try:
+        blobs = open_blobs(settings.blob_location(), settings.s3_endpoint_url)
+    except ImportError as exc:
+        raise _missing_extra(exc, "s3") from exc
+    except (OSError, ValueError) as exc:
+        raise ServerConfigError(
+            f"cannot use the blob store {settings.blob_location()}: {_reason(exc)}"
+        ) from exc
+    try:
+        store = Store.open(
+            url,
+            heartbeat_timeout=settings.heartbeat_timeout,
+            query_timeout=settings.query_timeout,
+            pool_size=settings.db_pool_size,
+            pool_timeout=settings.db_pool_timeout,
+        )
+    except ImportError as exc:
+        raise _missing_extra(exc, "postgres") from exc
+    except Exception as exc:
+        raise ServerConfigError(
+            f"cannot open the database {describe_url(settings.database_url or url)}: {_reason(exc)}"
+        ) from exc
+    return store, blobs
 
 
 def server_state(request: Request) -> ServerState:

@@ -14,12 +14,24 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from ...rundir import fsync_dir
+from ..errors import insufficient_storage, is_disk_full
 
-__all__ = ["BlobStore", "LocalBlobStore", "open_blobs"]
+__all__ = ["BlobInfo", "BlobStore", "LocalBlobStore", "open_blobs"]
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    """A stored blob as a listing shows it (for `openruns server check`)."""
+
+    key: str
+    size: int
+    modified: float  # epoch seconds
 
 
 class BlobStore(Protocol):
@@ -36,6 +48,14 @@ class BlobStore(Protocol):
         ...
 
     def exists(self, key: str) -> bool: ...
+
+    def delete(self, key: str) -> None:
+        """Remove a blob (nothing when there is none)."""
+        ...
+
+    def list_blobs(self) -> Iterator[BlobInfo]:
+        """Every blob, in no particular order."""
+        ...
 
     def describe(self) -> str:
         """Where the blobs are, for messages."""
@@ -64,6 +84,15 @@ class LocalBlobStore:
         root.mkdir(parents=True, exist_ok=True)
 
     def put_atomic(self, key: str, data: bytes) -> None:
+        """A full disk is a 507 (errors.insufficient_storage), leaving no temporary file."""
+        try:
+            self._put_atomic(key, data)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise insufficient_storage(f"the blob store {self.root}") from exc
+            raise
+
+    def _put_atomic(self, key: str, data: bytes) -> None:
         path = self._path(key)
         _makedirs_durable(path.parent)
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
@@ -78,7 +107,11 @@ class LocalBlobStore:
             tmp.unlink(missing_ok=True)
             raise
         os.close(fd)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         fsync_dir(path.parent)
 
     def get(self, key: str) -> bytes:
@@ -91,6 +124,24 @@ class LocalBlobStore:
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def list_blobs(self) -> Iterator[BlobInfo]:
+        """Every blob file; temporary files of writes in progress (dot files) are not blobs."""
+        for directory, dirs, files in os.walk(self.root):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            for name in files:
+                if name.startswith("."):
+                    continue
+                path = Path(directory, name)
+                try:
+                    stat = path.stat()
+                except FileNotFoundError:
+                    continue
+                key = path.relative_to(self.root).as_posix()
+                yield BlobInfo(key, stat.st_size, stat.st_mtime)
 
     def describe(self) -> str:
         return str(self.root)

@@ -19,7 +19,9 @@ Each call runs `fn` in its own transaction on a thread of its pool, off the even
 
 A call that waited `pool_timeout` seconds for a connection, a database that cannot be reached,
 a query past its time limit and a write that lost a race answer 503 + Retry-After with a
-message naming the database (errors.overloaded), never a 500.
+message naming the database (errors.overloaded), never a 500. A full disk (SQLite's "database
+or disk is full", PostgreSQL's disk_full) answers 507 + Retry-After: the transaction was rolled
+back, reads go on, and the next write succeeds once space is freed.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from ..errors import ApiError, bad_request, overloaded
+from ..errors import ApiError, bad_request, insufficient_storage, overloaded
 
 __all__ = ["Database", "describe_url"]
 
@@ -190,6 +192,9 @@ class Database:
         in PostgreSQL text); anything else is a bug and stays itself."""
         if self.dialect == "sqlite":
             text = str(exc.orig)
+            # SQLITE_FULL: the disk (or a quota) is full; the transaction was rolled back.
+            if isinstance(exc, OperationalError) and "database or disk is full" in text:
+                return insufficient_storage(f"the database {describe_url(self.url)}")
             if isinstance(exc, OperationalError) and "interrupted" in text:
                 return _query_timeout()
             if isinstance(exc, OperationalError) and ("locked" in text or "busy" in text):
@@ -201,6 +206,8 @@ class Database:
             return bad_request("invalid_value", f"a value cannot be stored: {reason}")
         if state == "57014":
             return _query_timeout()
+        if state == "53100":  # disk_full
+            return insufficient_storage(f"the database {describe_url(self.url)}")
         if state in ("40P01", "40001", "55P03"):  # deadlock, serialization, lock not available
             return overloaded("the database is busy; retry shortly", code="database_busy")
         lost = isinstance(exc, OperationalError | InterfaceError) and not state

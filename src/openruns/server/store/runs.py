@@ -12,6 +12,7 @@ merge holds the run's row lock, and the crash sweep skips rows another replica i
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import orjson
@@ -24,11 +25,15 @@ from .sql import insert_ignore
 
 __all__ = [
     "JSON_COLUMNS",
+    "RUN_ID_PATTERN",
+    "check_run_id",
     "create_run",
     "crash_stale",
     "dump_json",
     "finish_run",
     "get_run",
+    "get_run_by_seq",
+    "run_teams",
     "heartbeat",
     "list_runs",
     "patch_run",
@@ -40,6 +45,22 @@ JSON_COLUMNS = ("environments", "tags", "config", "training", "summary", "losses
 RUNNING = RunStatus.RUNNING.value
 TERMINAL = tuple(s.value for s in RunStatus if s.is_terminal())
 NO_LOSSES = {"dropped_records": 0, "failed_records": {}}
+# A run id is a name in URLs, file names (exports, offline run directories) and command lines:
+# letters, digits, `.`, `_` and `-`, starting with a letter or a digit (so never `.`, `..`, a
+# hidden file or an option), 1 to 64 characters (the column's width).
+RUN_ID_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z_.-]{0,63}$"
+MAX_RUN_ID_CHARS = 64
+_RUN_ID = re.compile(RUN_ID_PATTERN)
+
+
+def check_run_id(run_id: str) -> None:
+    """400 naming the rule unless `run_id` is a valid client-chosen run id."""
+    if not _RUN_ID.match(run_id):
+        raise bad_request(
+            "invalid_run_id",
+            f"run id {run_id[:80]!r} is not valid: use 1 to {MAX_RUN_ID_CHARS} letters, digits, "
+            "'.', '_' or '-', starting with a letter or a digit",
+        )
 
 
 def dump_json(value: Any, field: str) -> str:
@@ -59,9 +80,25 @@ def _run(row: RowMapping | dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def get_run(conn: Connection, run_id: str) -> dict[str, Any] | None:
-    row = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().first()
+def get_run(conn: Connection, run_id: str, team_id: str | None = None) -> dict[str, Any] | None:
+    """The run `run_id` of team `team_id`. Ids are unique within a team; with no team (auth
+    off, where ids are kept unique across teams at create) the first run made with that id."""
+    query = select(runs).where(runs.c.id == run_id)
+    if team_id is not None:
+        query = query.where(runs.c.team_id == team_id)
+    row = conn.execute(query.order_by(runs.c.seq).limit(1)).mappings().first()
     return _run(row) if row else None
+
+
+def get_run_by_seq(conn: Connection, seq: int) -> dict[str, Any] | None:
+    row = conn.execute(select(runs).where(runs.c.seq == seq)).mappings().first()
+    return _run(row) if row else None
+
+
+def run_teams(conn: Connection, run_id: str) -> list[tuple[int, str]]:
+    """(seq, team) of every run with this id, oldest first (a run token names only the id)."""
+    query = select(runs.c.seq, runs.c.team_id).where(runs.c.id == run_id).order_by(runs.c.seq)
+    return [(seq, team) for seq, team in conn.execute(query)]
 
 
 def create_run(
@@ -70,17 +107,21 @@ def create_run(
     fields: dict[str, Any],
     create_key: str | None,
     now: float,
+    ids_per_team: bool = True,
 ) -> tuple[dict[str, Any], bool]:
     """
     Insert a run, or return the one this create already made: (run, created). A replayed
-    Idempotency-Key, or an `id` that exists in the same team, returns the existing run; an `id`
-    taken by another team is a conflict. `fields["resume"]`: an existing run that ended is
-    running again (a process resumes it with an explicit id). `fields["heartbeat"]` false: no
-    process heartbeats for the run (a scheduler created it), so silence never crashes it.
+    Idempotency-Key, or an `id` that exists in the same team, returns the existing run. Ids are
+    per team: another team's run with the same id is neither returned nor revealed. With
+    `ids_per_team` false (auth off: one tenant, nothing hidden) an `id` taken by another team
+    is a 409, so that a lookup by id alone stays unambiguous. `fields["resume"]`: an existing
+    run that ended is running again (a process resumes it with an explicit id).
+    `fields["heartbeat"]` false: no process heartbeats for the run (a scheduler created it), so
+    silence never crashes it.
     Two replicas racing with the same create both end with the same run: the insert ignores a
     conflict on either unique column, then reads.
     """
-    existing = _existing(conn, team_id, fields["id"], create_key)
+    existing = _existing(conn, team_id, fields["id"], create_key, ids_per_team)
     if existing is not None:
         if fields.get("resume"):
             conn.execute(
@@ -94,7 +135,7 @@ def create_run(
                     last_heartbeat_at=now,
                 )
             )
-            existing = get_run(conn, existing["id"])
+            existing = get_run_by_seq(conn, existing["seq"])
             assert existing is not None
         return existing, False
     tags = _unique(fields.get("tags") or [])
@@ -128,7 +169,7 @@ def create_run(
         insert_ignore(conn, runs).values(values).returning(runs.c.seq)
     ).scalar_one_or_none()
     if seq is None:  # another transaction created it first
-        existing = _existing(conn, team_id, fields["id"], create_key)
+        existing = _existing(conn, team_id, fields["id"], create_key, ids_per_team)
         assert existing is not None, "a conflicting run row must exist once it is committed"
         return existing, False
     _set_tags(conn, seq, tags)
@@ -136,7 +177,7 @@ def create_run(
 
 
 def _existing(
-    conn: Connection, team_id: str, run_id: str, create_key: str | None
+    conn: Connection, team_id: str, run_id: str, create_key: str | None, ids_per_team: bool
 ) -> dict[str, Any] | None:
     """The run this create already made (by Idempotency-Key, else by id), if any."""
     if create_key is not None:
@@ -149,8 +190,8 @@ def _existing(
         )
         if row:
             return _run(row)
-    existing = get_run(conn, run_id)
-    if existing is not None and existing["team_id"] != team_id:
+    existing = get_run(conn, run_id, team_id)
+    if existing is None and not ids_per_team and get_run(conn, run_id) is not None:
         raise conflict("run_id_taken", f"run id {run_id!r} is already in use")
     return existing
 

@@ -6,7 +6,8 @@ Blobs in an S3-compatible bucket (AWS S3, MinIO, R2, GCS's S3 API), through boto
 
 Only plain S3 calls: PutObject (with Content-MD5, so the store verifies the body), a
 multipart upload for segments over MULTIPART_BYTES (visible only once complete), GetObject
-(ranged for one episode's frame), HeadObject/HeadBucket, and presigned GET URLs. A blob is
+(ranged for one episode's frame), HeadObject/HeadBucket, presigned GET URLs, and for
+`openruns server check` ListObjectsV2 and DeleteObject. A blob is
 never visible half-written: S3 shows an object whole or not at all.
 
 Region and credentials come from boto3's standard chain (AWS_REGION / AWS_DEFAULT_REGION,
@@ -26,7 +27,7 @@ import base64
 import hashlib
 import io
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import boto3
@@ -34,7 +35,8 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-from ..errors import overloaded
+from ..errors import insufficient_storage, overloaded
+from .blobs import BlobInfo
 
 __all__ = ["MULTIPART_BYTES", "S3BlobStore"]
 
@@ -46,6 +48,8 @@ POOL_CONNECTIONS = 64
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 60
 _MISSING = ("NoSuchKey", "404", "NotFound")
+# What S3-compatible stores answer when they are out of space (MinIO, Ceph RGW, HTTP 507).
+_FULL = ("XMinioStorageFull", "InsufficientStorage", "StorageFull", "QuotaExceeded", "507")
 
 
 class S3BlobStore:
@@ -150,6 +154,25 @@ class S3BlobStore:
             return False
         return True
 
+    def delete(self, key: str) -> None:
+        self._call(self.client.delete_object, Bucket=self.bucket, Key=self._name(key))
+
+    def list_blobs(self) -> Iterator[BlobInfo]:
+        """Every object under the prefix (ListObjectsV2, a page of 1,000 at a time)."""
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        token: str | None = None
+        while True:
+            extra = {"ContinuationToken": token} if token else {}
+            page = self._call(
+                self.client.list_objects_v2, Bucket=self.bucket, Prefix=prefix, **extra
+            )
+            for item in page.get("Contents", []):
+                key = item["Key"][len(prefix) :]
+                yield BlobInfo(key, int(item["Size"]), item["LastModified"].timestamp())
+            if not page.get("IsTruncated"):
+                return
+            token = page["NextContinuationToken"]
+
     def presigned_url(self, key: str, expires: int = 3600) -> str:
         """A URL that GETs the blob without credentials for `expires` seconds."""
         return self.client.generate_presigned_url(
@@ -175,6 +198,8 @@ class S3BlobStore:
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             if code in _MISSING:
                 raise FileNotFoundError(f"{self.describe()}: no blob {kwargs.get('Key')}") from exc
+            if code in _FULL or status == 507:
+                raise insufficient_storage(f"the object store {self.describe()}") from exc
             if status >= 500 or code in ("SlowDown", "ServiceUnavailable", "RequestTimeout"):
                 raise self._unavailable(f"{code} {error.get('Message', '')}".strip()) from exc
             raise

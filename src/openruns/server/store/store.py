@@ -24,7 +24,18 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from . import episodes, keys, metric_times, metrics, prime, rewards, runs, search, timeline
+from . import (
+    episodes,
+    keys,
+    metric_times,
+    metrics,
+    prime,
+    rewards,
+    runs,
+    search,
+    sessions,
+    timeline,
+)
 from .annotations import add as add_annotations
 from .annotations import of_episode as annotations_of_episode
 from .annotations import page as annotations_page
@@ -64,18 +75,26 @@ class Store:
     # -- runs -------------------------------------------------------------------------------
 
     async def create_run(
-        self, team_id: str, fields: dict[str, Any], create_key: str | None
+        self,
+        team_id: str,
+        fields: dict[str, Any],
+        create_key: str | None,
+        ids_per_team: bool = True,
     ) -> tuple[dict[str, Any], bool]:
         run, created = await self.db.write(
-            runs.create_run, team_id, fields, create_key, time.time()
+            runs.create_run, team_id, fields, create_key, time.time(), ids_per_team
         )
         if not created:
             run = await self._fresh(run)
         return run, created
 
-    async def get_run(self, run_id: str) -> dict[str, Any] | None:
-        run = await self.db.read(runs.get_run, run_id)
+    async def get_run(self, run_id: str, team_id: str | None = None) -> dict[str, Any] | None:
+        """Run `run_id` of `team_id` (None: of any team, the first made with that id)."""
+        run = await self.db.read(runs.get_run, run_id, team_id)
         return await self._fresh(run) if run is not None else None
+
+    async def run_teams(self, run_id: str) -> list[tuple[int, str]]:
+        return await self.db.read(runs.run_teams, run_id)
 
     async def list_runs(self, **filters: Any) -> list[dict[str, Any]]:
         page = await self.db.read(lambda conn: runs.list_runs(conn, **filters))
@@ -109,7 +128,7 @@ class Store:
         return await self._reread(run)
 
     async def _reread(self, run: dict[str, Any]) -> dict[str, Any]:
-        fresh = await self.db.read(runs.get_run, run["id"])
+        fresh = await self.db.read(runs.get_run_by_seq, run["seq"])
         assert fresh is not None  # runs are never deleted
         return fresh
 
@@ -117,6 +136,28 @@ class Store:
 
     async def team_of_key(self, key: str) -> tuple[int, str] | None:
         return await self.db.read(keys.team_of_key, key)
+
+    # -- dashboard sessions -----------------------------------------------------------------
+
+    async def open_session(
+        self, token_hash: str, key_id: int, team_id: str, lifetime: float
+    ) -> float:
+        """Store a session; returns when it expires."""
+        now = time.time()
+        expires_at = now + lifetime
+        await self.db.write(sessions.open_session, token_hash, key_id, team_id, now, expires_at)
+        return expires_at
+
+    async def session(self, token_hash: str) -> tuple[int, str, float] | None:
+        """(key id, team, expires at) of a live session, else None."""
+        return await self.db.read(sessions.session_caller, token_hash, time.time())
+
+    async def session_caller(self, token_hash: str) -> tuple[int, str] | None:
+        found = await self.session(token_hash)
+        return (found[0], found[1]) if found else None
+
+    async def close_session(self, token_hash: str) -> None:
+        await self.db.write(sessions.close_session, token_hash)
 
     # -- bulk uploads -----------------------------------------------------------------------
 
@@ -265,8 +306,8 @@ class Store:
             )
         )
 
-    async def segment_keys(self, run_seq: int, stream: str) -> list[str]:
-        return await self.db.read(episodes.segment_keys, run_seq, stream)
+    async def segments_of(self, run_seq: int, stream: str) -> list[tuple[str, int]]:
+        return await self.db.read(episodes.segments_of, run_seq, stream)
 
     # -- the Prime wire (server/prime/; SQL in prime.py) ------------------------------------
 

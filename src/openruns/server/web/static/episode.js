@@ -7,7 +7,9 @@ import { api, fill, h, pathParts, prefs, runTitle, showError } from "./common.js
 import { errorsList, readRecord, recordFacts, renderChat } from "./chat.js";
 import { json, jsonTree } from "./render.js";
 
-const [, runId, , episodeId] = pathParts();
+// The id is the rest of the path: an id may hold "/" (gsm8k/12), encoded or not.
+const [, runId, , ...idParts] = pathParts();
+const episodeId = idParts.join("/");
 const base = `/runs/${encodeURIComponent(runId)}`;
 const el = (id) => document.getElementById(id);
 const LIST_PAGES = 10; // of 1000 rows: how far the neighbours are looked for
