@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from . import episodes, keys, metric_times, metrics, prime, rewards, runs, search, timeline
+from . import episodes, keys, logs, metric_times, metrics, prime, rewards, runs, search, timeline
 from .annotations import add as add_annotations
 from .annotations import of_episode as annotations_of_episode
 from .annotations import page as annotations_page
@@ -193,7 +193,31 @@ class Store:
 
         return await self.db.write(write)
 
+    async def ingest_logs(
+        self, run_seq: int, key: str, rows: list[dict[str, Any]], max_bytes: int
+    ) -> dict[str, Any]:
+        """Append console lines (store/logs.py) and store the receipt, unless `key` was stored
+        already."""
+
+        def write(conn: Connection) -> dict[str, Any]:
+            lock_run(conn, run_seq)
+            prior = get_receipt(conn, run_seq, "logs", key)
+            if prior is not None:
+                return prior
+            logs.append(conn, run_seq, rows, max_bytes)
+            receipt = {"status": "committed", "lines": len(rows), "receipt": key}
+            put_receipt(conn, run_seq, "logs", key, receipt, time.time())
+            return receipt
+
+        return await self.db.write(write)
+
     # -- reads ------------------------------------------------------------------------------
+
+    async def log_page(self, run_seq: int, **query: Any) -> list[dict[str, Any]]:
+        return await self.db.read(lambda conn: logs.page(conn, run_seq, **query))
+
+    async def log_totals(self, run_seq: int) -> dict[str, Any]:
+        return await self.db.read(logs.totals, run_seq)
 
     async def annotations_of(self, run_seq: int, episode_id: str) -> list[dict[str, Any]]:
         return await self.db.read(annotations_of_episode, run_seq, episode_id)
