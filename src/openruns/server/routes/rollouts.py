@@ -154,12 +154,25 @@ async def previews(
 
 @router.get("/runs/{run_id}/rewards", response_model=StepRewards)
 async def rewards(
-    run_id: str, state: State, caller: Caller, step: Step, stream: Stream = "episodes"
+    run_id: str,
+    state: State,
+    caller: Caller,
+    step: Step,
+    stream: Stream = "episodes",
+    by: Annotated[
+        Literal["dispatched", "trained"],
+        Query(description="a step is the one records were dispatched at, or trained at"),
+    ] = "dispatched",
+    kind: Annotated[Literal["train", "eval"] | None, Query(description="default: both")] = None,
+    subset: Annotated[str | None, Query(max_length=32, description="a cohort")] = None,
 ) -> JSON:
     """The rewards of one step's records, ascending (at most 100,000), and how many of the
     step's records have none."""
     run = await readable_run(state, caller, run_id)
-    return JSON({"step": step, **await state.store.step_rewards(run["seq"], stream, step)})
+    found = await state.store.step_rewards(
+        run["seq"], stream, step, by=by, kind=kind, subset=subset
+    )
+    return JSON({"step": step, **found})
 
 
 @router.get("/runs/{run_id}/rewards/quantiles", response_model=RewardQuantiles)

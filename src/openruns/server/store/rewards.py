@@ -24,10 +24,25 @@ MAX_STEP_VALUES = 100_000
 _e = episodes
 
 
-def step_rewards(conn: Connection, run_seq: int, stream: str, step: int) -> dict[str, Any]:
+def step_rewards(
+    conn: Connection,
+    run_seq: int,
+    stream: str,
+    step: int,
+    by: str = "dispatched",
+    kind: str | None = None,
+    subset: str | None = None,
+) -> dict[str, Any]:
     """{"values": the step's rewards in ascending order (at most MAX_STEP_VALUES), "missing":
-    records of the step without a reward, "truncated": whether values were cut}."""
-    where = (_e.c.run_seq == run_seq, _e.c.stream == stream, _e.c.step == step)
+    records of the step without a reward, "truncated": whether values were cut}. The step is
+    the one records were dispatched at, or with `by="trained"` trained at; `kind` and `subset`
+    narrow the records to one kind (train, eval) and cohort."""
+    step_column = _e.c.step if by == "dispatched" else _e.c.trained_step
+    where = [_e.c.run_seq == run_seq, _e.c.stream == stream, step_column == step]
+    if kind is not None:
+        where.append(_e.c.kind == kind)
+    if subset is not None:
+        where.append(_e.c.subset == subset)
     query = (
         select(_e.c.reward)
         .where(*where, _e.c.reward.is_not(None))

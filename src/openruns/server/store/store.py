@@ -387,8 +387,12 @@ class Store:
     async def places(self, seqs: list[int]) -> dict[int, dict[str, Any]]:
         return await self.db.read(search.places, seqs)
 
-    async def step_rewards(self, run_seq: int, stream: str, step: int) -> dict[str, Any]:
-        return await self.db.read(rewards.step_rewards, run_seq, stream, step)
+    async def step_rewards(
+        self, run_seq: int, stream: str, step: int, **query: Any
+    ) -> dict[str, Any]:
+        return await self.db.read(
+            lambda conn: rewards.step_rewards(conn, run_seq, stream, step, **query)
+        )
 
     async def reward_quantiles(
         self, run_seq: int, stream: str, step_min: int | None, step_max: int | None, max_points: int
