@@ -184,13 +184,15 @@ async def reward_quantiles(
     step_min: Step | None = None,
     step_max: Step | None = None,
     max_points: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    kind: Annotated[Literal["train", "eval"] | None, Query(description="default: both")] = None,
 ) -> JSON:
     """Per step: count, mean, p10, p50 and p90 of its records' rewards (linear
-    interpolation). With more steps than `max_points`, consecutive steps are pooled into at
-    most that many buckets, each reported at its last step."""
+    interpolation), of one kind of records when `kind` is given. With more steps than
+    `max_points`, consecutive steps are pooled into at most that many buckets, each reported
+    at its last step."""
     run = await readable_run(state, caller, run_id)
     return JSON(
-        await state.store.reward_quantiles(run["seq"], stream, step_min, step_max, max_points)
+        await state.store.reward_quantiles(run["seq"], stream, step_min, step_max, max_points, kind)
     )
 
 

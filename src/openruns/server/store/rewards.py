@@ -65,10 +65,14 @@ def reward_quantiles(
     step_min: int | None,
     step_max: int | None,
     max_points: int,
+    kind: str | None = None,
 ) -> dict[str, list[Any]]:
     """Per step (or per bucket of consecutive steps when a run has more than `max_points`
-    steps with rewards): the last step, how many rewards, their mean, p10, p50, p90."""
+    steps with rewards): the last step, how many rewards, their mean, p10, p50, p90; of the
+    records of one kind (train, eval) when `kind` is given."""
     where = [_e.c.run_seq == run_seq, _e.c.stream == stream, _e.c.reward.is_not(None)]
+    if kind is not None:
+        where.append(_e.c.kind == kind)
     where.append(_e.c.step.is_not(None))
     if step_min is not None:
         where.append(_e.c.step >= step_min)

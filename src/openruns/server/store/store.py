@@ -395,10 +395,16 @@ class Store:
         )
 
     async def reward_quantiles(
-        self, run_seq: int, stream: str, step_min: int | None, step_max: int | None, max_points: int
+        self,
+        run_seq: int,
+        stream: str,
+        step_min: int | None,
+        step_max: int | None,
+        max_points: int,
+        kind: str | None = None,
     ) -> dict[str, list[Any]]:
         return await self.db.read(
-            rewards.reward_quantiles, run_seq, stream, step_min, step_max, max_points
+            rewards.reward_quantiles, run_seq, stream, step_min, step_max, max_points, kind
         )
 
     async def timeline(self, run_seq: int, points: int) -> dict[str, list[Any]]:

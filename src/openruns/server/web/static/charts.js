@@ -589,10 +589,12 @@ export class TimeChart extends SeriesChart {
   }
 }
 
-// p10-p90 of the episodes' rewards per step as a band, the median as a line, per run.
+// p10-p90 of the episodes' rewards per step as a band, the median as a line, per run; of the
+// episodes of the run's own kind (a training run's eval episodes are not training rewards).
 export class BandChart extends SeriesChart {
   async fetch(runId) {
-    const body = await api(`/runs/${encodeURIComponent(runId)}/rewards/quantiles`, { max_points: this.width() });
+    const kind = this.sources.find((s) => s.runId === runId)?.kind;
+    const body = await api(`/runs/${encodeURIComponent(runId)}/rewards/quantiles`, { max_points: this.width(), kind });
     return { series: body, downsampled: false };
   }
 

@@ -394,6 +394,7 @@ async function tick() {
   state.run = run;
   grid.sources[0].label = runLabel(run);
   grid.sources[0].start = run.created_at;
+  grid.sources[0].kind = run.kind;
   if (first && location.hash === "#logs") showTab("logs");
   const logsOpen = !document.getElementById("panel-logs").hidden;
   await Promise.all([pollMetrics(), pollSteps(), logsOpen ? logs.poll() : null]);
