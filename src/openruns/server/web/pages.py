@@ -29,15 +29,16 @@ __all__ = ["router"]
 
 router = APIRouter(include_in_schema=False)
 
-# page -> (title, whether it draws charts)
+# page -> (title, its charts: "now" (Plotly's bundle loads with the page), "later" (the page
+# loads it after its table, charts.js loadPlotly), or None)
 _PAGES = {
-    "runs": ("Runs", False),
-    "run": ("Run", True),
-    "step": ("Step", True),
-    "episode": ("Episode", False),
-    "search": ("Search", False),
-    "compare": ("Compare runs", True),
-    "pair": ("Side by side", False),
+    "runs": ("Runs", None),
+    "run": ("Run", "now"),
+    "step": ("Step", "later"),
+    "episode": ("Episode", None),
+    "search": ("Search", None),
+    "compare": ("Compare runs", "now"),
+    "pair": ("Side by side", None),
 }
 
 
@@ -50,7 +51,11 @@ def render(page: str) -> str:
     title, charts = _PAGES[page]
     # async: the page's own script shows the header and tables while Plotly's 4.8 MB bundle is
     # still compiling; charts wait for it (charts.js, plotlyReady).
-    scripts = f'<script async id="plotly" src="{PLOTLY_URL}"></script>\n' if charts else ""
+    scripts = ""
+    if charts == "now":
+        scripts = f'<script async id="plotly" src="{PLOTLY_URL}"></script>\n'
+    elif charts == "later":
+        scripts = f'<meta name="plotly" content="{PLOTLY_URL}">\n'
     scripts += f'<script type="module" src="/static/{page}.js"></script>'
     return Template(_template("base.html")).substitute(
         title=title, page=page, body=_template(f"{page}.html"), scripts=scripts

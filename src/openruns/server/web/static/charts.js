@@ -27,13 +27,26 @@ export const COLORS = [
   "#17becf", "#8c564b", "#e377c2", "#3f51b5", "#bcbd22",
 ];
 
-// Plotly's bundle loads async (pages.py); charts draw once it has run.
-export const plotlyReady = new Promise((resolve, reject) => {
-  const script = document.getElementById("plotly");
-  if (window.Plotly || !script) resolve();
-  script?.addEventListener("load", () => resolve());
-  script?.addEventListener("error", () => reject(new Error("could not load Plotly's bundle")));
-});
+// Plotly's bundle loads async (pages.py); charts draw once it has run. A page that draws its
+// chart after its table (the step page) names the bundle in <meta name="plotly"> instead, and
+// loadPlotly() fetches it when asked: its evaluation (~1.3 s of main thread here) then does not
+// hold up the table.
+let plotlyLoading = null;
+export function loadPlotly() {
+  plotlyLoading ??= new Promise((resolve, reject) => {
+    if (window.Plotly) return resolve();
+    let script = document.getElementById("plotly");
+    if (!script) {
+      const src = document.querySelector('meta[name="plotly"]')?.content;
+      if (!src) return reject(new Error("this page has no charts"));
+      script = h("script", { id: "plotly", src, async: true });
+      document.head.append(script);
+    }
+    script.addEventListener("load", () => resolve());
+    script.addEventListener("error", () => reject(new Error("could not load Plotly's bundle")));
+  });
+  return plotlyLoading;
+}
 
 const MARGIN = { l: 56, r: 12, t: 30, b: 34 };
 const ZOOM_DEBOUNCE_MS = 150;
@@ -219,7 +232,7 @@ export class SeriesChart {
 
   // Data read elsewhere (the grid's batched reads of the whole range).
   async accept(answers) {
-    await plotlyReady;
+    await loadPlotly();
     answers.forEach((answer, i) => this.take(this.sources[i].runId, answer.series));
     this.downsampled = answers.some((a) => a.downsampled);
     this.loaded = true;

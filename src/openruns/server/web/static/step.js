@@ -10,7 +10,7 @@ import {
   api, envName, formatDuration, formatNumber, h, linkRow, navigableRows, okBadge, pathParts,
   poll, prefs, runTitle, showError,
 } from "./common.js";
-import { plotlyReady } from "./charts.js";
+import { loadPlotly } from "./charts.js";
 
 const PAGE = 100;
 const PREVIEW_BATCH = 200; // ids per /previews call (the server's limit)
@@ -181,13 +181,14 @@ async function loadPreviews() {
 }
 
 // The first `limit` rows again (after a filter change, or when the step gained records).
+let previewsDrawn = null;
 async function reload(limit = PAGE) {
   const page = await api(`${base}/episodes`, { ...filters(), limit: Math.min(limit, 1000) });
   state.rows = page.items;
   state.cursor = page.next_cursor;
   for (const item of page.items) noteRow(item);
   render();
-  loadPreviews().catch(showError);
+  previewsDrawn = loadPreviews().catch(showError);
 }
 
 async function loadMore() {
@@ -208,7 +209,7 @@ async function stepRow() {
 // The distribution of the step's rewards (all its records, not just the rows shown).
 async function drawHistogram() {
   const body = await api(`${base}/rewards`, { step, ...stepQuery() });
-  await plotlyReady;
+  await loadPlotly();
   const figure = el("histogram");
   const values = body.values;
   const caption = [`${formatNumber(values.length)} rewards`];
@@ -272,7 +273,8 @@ async function setUp() {
   neighbourSteps(all);
   state.total = all.find((r) => r.step === step) || { count: 0, avg_reward: null, off_policy: 0 };
   await reload();
-  drawHistogram().catch(showError);
+  // The histogram after the table and its previews: Plotly's bundle is loaded for it only now.
+  previewsDrawn.then(() => drawHistogram()).catch(showError);
   for (const id of ["f-by", "f-kind", "f-subset", "f-sort", "f-env", "f-ok", "f-stream"]) {
     el(id).addEventListener("change", () => {
       writeUrl();
