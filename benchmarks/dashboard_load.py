@@ -5,7 +5,7 @@ The dashboard under load, measured in Debian's Chromium through Playwright, agai
 1. run page: one run with 50 metrics of 100,000 steps each; from navigation to every chart
    drawn, and the main thread's long tasks (target: interactive in <= 1.5 s);
 2. step page: one step of 1,000 production-sized episodes (multi-turn chats with tool calls,
-   token ids and logprobs, ~70 KB each); from navigation to the first page of rows, their
+   token ids and logprobs, ~40 KB of JSON each); from navigation to the first page of rows, their
    previews and the reward histogram (target: <= 1 s);
 3. episode ingest with and without the search indexer running (the indexer replaced by a task
    that does nothing, in the same server code): MB/s of NDJSON, 8 MiB batches, 2 in flight.
@@ -356,7 +356,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("run", "step", "ingest", "all"), default="all")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
-    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=4, help="page loads (the first cold)")
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="ingest rounds, each with and without"
+    )
     args = parser.parse_args()
     keys, steps = (10, 5_000) if args.quick else (50, 100_000)
     episodes = 100 if args.quick else 1_000
@@ -412,7 +415,10 @@ def main() -> None:
                 proc.wait(30)
     if args.part in ("ingest", "all"):
         print(f"episode ingest, {ingest_mb} MB, with and without the search indexer", flush=True)
-        rows = bench_ingest(ingest_mb, rounds=1 if args.quick else 2)
+        rows = bench_ingest(ingest_mb, rounds=1 if args.quick else args.rounds)
+        for indexer in (False, True):
+            rates = [r["mb_s"] for r in rows if r["indexer"] is indexer]
+            print(f"  indexer={indexer}: median {statistics.median(rates):.1f} MB/s of {rates}")
         print(table(rows, ["round", "indexer", "mb_s", "mb", "not_indexed_at_end", "load"]))
     print(f"load average at end: {os.getloadavg()}")
 
