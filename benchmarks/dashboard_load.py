@@ -340,6 +340,55 @@ def bench_ingest(total_mb: int, rounds: int) -> list[dict]:
     return out
 
 
+# -- what Plotly costs alone ------------------------------------------------------------------
+
+PLOTLY_PROBE = """async (url) => {
+  const t0 = performance.now();
+  await new Promise((res) => {
+    const s = document.createElement("script");
+    s.src = url;
+    s.onload = res;
+    document.head.append(s);
+  });
+  const out = {load: performance.now() - t0};
+  for (const n of [1100, 300]) {
+    const divs = [];
+    for (let i = 0; i < 20; i++) {
+      const d = document.createElement("div");
+      d.style.width = "600px";
+      document.body.append(d);
+      divs.push(d);
+    }
+    const x = Array.from({length: n}, (_, i) => i);
+    const y = x.map(Math.random);
+    const t = performance.now();
+    for (const d of divs) {
+      const traces = [{x, y, mode: "lines"}, {x, y, mode: "lines", fill: "tonexty"}, {x, y}];
+      await Plotly.react(d, traces, {height: 260, hovermode: "x unified"}, {responsive: true});
+    }
+    out[`chart_${n}_points`] = (performance.now() - t) / divs.length;
+    divs.forEach((d) => d.remove());
+  }
+  return out;
+}"""
+
+
+def bench_plotly(browser, url: str, repeats: int) -> list[dict]:
+    """Plotly's bundle loaded into an empty page (from the HTTP cache after the first time),
+    then the ms per chart of 20 charts drawn as the dashboard draws them."""
+    from openruns.server.web.assets import PLOTLY_URL
+
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=url)
+    out = []
+    for _ in range(repeats):
+        page = context.new_page()
+        page.goto("/static/app.css")
+        out.append(page.evaluate(PLOTLY_PROBE, PLOTLY_URL))
+        page.close()
+    context.close()
+    return out
+
+
 # -- main -------------------------------------------------------------------------------------
 
 
@@ -354,7 +403,7 @@ def table(rows: list[dict], columns: list[str]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("run", "step", "ingest", "all"), default="all")
+    parser.add_argument("--part", choices=("run", "step", "plotly", "ingest", "all"), default="all")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--repeats", type=int, default=4, help="page loads (the first cold)")
     parser.add_argument(
@@ -366,7 +415,7 @@ def main() -> None:
     ingest_mb = 64 if args.quick else 512
     print(f"load average at start: {os.getloadavg()}", flush=True)
 
-    if args.part in ("run", "step", "all"):
+    if args.part in ("run", "step", "plotly", "all"):
         from playwright.sync_api import sync_playwright
 
         with tempfile.TemporaryDirectory(prefix="openruns-dash-") as tmp:
@@ -409,6 +458,11 @@ def main() -> None:
                         warm = [r["interactive"] for r in rows if not r["cold"]]
                         median = statistics.median(warm)
                         print(f"  warm interactive median {median:.0f} ms; {os.getloadavg()}")
+                    if args.part in ("plotly", "all"):
+                        for row in bench_plotly(browser, url, args.repeats):
+                            print(
+                                "  plotly: " + ", ".join(f"{k} {v:.0f} ms" for k, v in row.items())
+                            )
                     browser.close()
             finally:
                 proc.terminate()
