@@ -210,6 +210,10 @@ def seed(base_url: str, local: Path) -> Seeded:
         )
         for i in range(TIMED_ROWS):
             train.log_metrics({"inference": {"tokens_per_s": 1000.0 + 10 * i}})
+            # As the SDK's system metrics are logged (openruns/system.py), without a step.
+            train.log_metrics(
+                {"system": {"cpu": {"percent": 40.0 + i}, "memory": {"used_percent": 60.0}}}
+            )
             time.sleep(0.002)
         post_logs(
             base_url,

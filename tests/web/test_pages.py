@@ -87,11 +87,11 @@ def test_run_page_charts_every_point_and_keeps_spikes(page, seeded):
     expect(header).to_contain_text("No records lost")
     # In sections (by step, eval, by wall time), grouped by prefix, one chart per key; the
     # episodes' reward bands in a group first.
-    expect(page.locator(".section-title")).to_have_count(3)
+    expect(page.locator(".section-title")).to_have_count(4)
     expect(page.locator(".group h4")).to_have_text(
-        ["rewards of episodes", "train", "eval", "inference"]
+        ["rewards of episodes", "train", "eval", "inference", "cpu", "memory"]
     )
-    expect(page.locator("figure.chart:not(.bands)")).to_have_count(5)
+    expect(page.locator("figure.chart:not(.bands)")).to_have_count(7)
     expect(page.locator("figure.chart.bands")).to_have_count(1)
 
     # Fewer points than pixels: every point is drawn.

@@ -100,9 +100,9 @@ function offPolicy(item) {
 }
 
 function trainedCell(item) {
-  if (item.trained_step === null || item.trained_step === undefined) return h("td", { class: "num muted" }, "—");
+  if (item.trained_step === null || item.trained_step === undefined) return h("td", { class: "num trained muted" }, "—");
   const lag = item.step !== null ? item.trained_step - item.step : null;
-  return h("td", { class: "num" }, formatNumber(item.trained_step),
+  return h("td", { class: "num trained" }, formatNumber(item.trained_step),
     offPolicy(item) ? [" ", h("span", { class: "badge off-policy", title: `dispatched at step ${item.step}, trained at step ${item.trained_step}` }, `off-policy ${lag > 0 ? "+" : ""}${lag}`)] : null);
 }
 
@@ -132,7 +132,9 @@ function row(item, rank) {
     h("td", { class: "num" }, formatNumber(item.reward)),
     ...PREVIEW_FIELDS.map((field) => previewCell(item, field)),
     h("td", { class: "env" }, envName(item.env)),
-    h("td", {}, item.kind ? h("span", { class: `badge kind kind-${item.kind}` }, item.kind) : "—", item.subset ? [" ", h("span", { class: "muted" }, item.subset)] : null),
+    // Train is the usual kind: plain text; anything else stands out.
+    h("td", {}, item.kind === "train" || !item.kind ? h("span", { class: "muted" }, item.kind || "—")
+      : h("span", { class: `badge kind kind-${item.kind}` }, item.kind), item.subset ? [" ", h("span", { class: "muted" }, item.subset)] : null),
     h("td", { class: "num" }, formatNumber(item.step)),
     trainedCell(item),
     h("td", {}, okBadge(item.ok)),
