@@ -197,11 +197,19 @@ class ConsoleCapture:
         self._wake()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        if self._thread is None or not self._thread.is_alive():
+            self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        # Once closed, the numbers may be reused by other files: never close them twice (a
+        # fork after stop() must not close someone else's descriptors in the child).
+        fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     # -- the write path: no lock, no blocking -------------------------------------------------
 
@@ -217,9 +225,11 @@ class ConsoleCapture:
             self._wake()
 
     def _wake(self) -> None:
+        if self._wake_w < 0:
+            return
         try:
             os.write(self._wake_w, b"\0")
-        except OSError:  # the pipe is full (a wake is pending anyway) or closed
+        except OSError:  # the pipe is full (a wake is pending anyway)
             pass
 
     # -- the drain thread ---------------------------------------------------------------------
@@ -273,11 +283,7 @@ class ConsoleCapture:
         self._active = False
         self._chunks = collections.deque()
         self._thread = None
-        for fd in (self._wake_r, self._wake_w):  # the parent's pipe, not the child's
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._close_pipe()  # the parent's pipe, not the child's
 
 
 class PipeTee:

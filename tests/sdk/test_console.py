@@ -206,3 +206,22 @@ def test_the_capture_thread_sleeps_until_written_to(tmp_path: Path):
     finally:
         capture.stop()
     assert lines_of(emitted) == ["wake up"]
+
+
+def test_a_fork_after_stop_closes_none_of_the_childs_descriptors(tmp_path):
+    # The capture's wake pipe is closed at stop; its numbers are then reused (here by the
+    # subprocess's own pipes), and the fork hook must not close them again in the child.
+    capture = ConsoleCapture(lambda records: None, flush_interval=0.01)
+    capture.start()
+    capture.stop()
+    assert (capture._wake_r, capture._wake_w) == (-1, -1)
+    for _ in range(5):
+        done = subprocess.run(
+            [sys.executable, "-c", "print('ok')"],
+            cwd=tmp_path,
+            preexec_fn=lambda: None,  # runs Python's fork hooks in the child
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.stdout == "ok\n"

@@ -149,7 +149,14 @@ def seed(base_url: str, local: Path) -> Seeded:
     config = local / "rl.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(CONFIG_TOML)
-    common = {"base_url": base_url, "dir": local, "tags": ["web-test"]}
+    # The SDK's own system metrics and console capture off: the seeded runs are exact.
+    common = {
+        "base_url": base_url,
+        "dir": local,
+        "tags": ["web-test"],
+        "system_metrics_interval": 0,
+        "capture_console": False,
+    }
 
     _clear_run_env()
     train = openruns.init(
