@@ -75,7 +75,8 @@ class Settings:
     - `system_metrics_interval`: seconds between two samples of CPU, memory, disk, network and
       GPUs (system.py), logged as rows without a step under `system/`. 0: off. Default 10.
     - `capture_console`: keep what the run's owning process prints (stdout, stderr) with the
-      run (console.py), shown on the dashboard's Logs tab. Default true.
+      run (console.py), shown on the dashboard's Logs tab. Default true. (Read now; the run
+      starts the capture once its sending through the upload pipeline is wired, issue 13.)
     """
 
     mode: Mode = "offline"
