@@ -31,6 +31,10 @@ def _isolated_settings(tmp_path, monkeypatch):
             monkeypatch.delenv(name)
     monkeypatch.setenv("OPENRUNS_CONFIG_FILE", str(tmp_path / "no-config.toml"))
     monkeypatch.setenv("OPENRUNS_SERVER_CONFIG", str(tmp_path / "no-server-config.toml"))
+    # System metrics and console capture add rows on their own clock: off unless a test turns
+    # them on (tests/sdk/test_system.py, test_console.py).
+    monkeypatch.setenv("OPENRUNS_SYSTEM_METRICS_INTERVAL", "0")
+    monkeypatch.setenv("OPENRUNS_CAPTURE_CONSOLE", "0")
     yield
     procs.reap()
     # init() exports the run it creates straight into os.environ; undo what a test left behind.

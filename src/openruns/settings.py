@@ -72,6 +72,11 @@ class Settings:
       traces), before log_* calls start dropping and counting. Default 8192.
     - `spool_bytes`: disk an online run may use for batches the server has not taken yet
       (compressed); beyond it records are dropped and counted. Default 8 GiB.
+    - `system_metrics_interval`: seconds between two samples of CPU, memory, disk, network and
+      GPUs (system.py), logged as rows without a step under `system/`. 0: off. Default 10.
+    - `capture_console`: keep what the run's owning process prints (stdout, stderr) with the
+      run (console.py), shown on the dashboard's Logs tab. Default true. (Read now; the run
+      starts the capture once its sending through the upload pipeline is wired, issue 13.)
     """
 
     mode: Mode = "offline"
@@ -83,6 +88,8 @@ class Settings:
     finish_timeout: float = 300.0
     max_queued_records: int = 8192
     spool_bytes: int = 8 * 1024**3
+    system_metrics_interval: float = 10.0
+    capture_console: bool = True
 
     @classmethod
     def resolve(
@@ -182,9 +189,34 @@ def _validated(values: dict[str, Any]) -> dict[str, Any]:
                 raise ConfigurationError(f"{name} must be a number, got {values[name]!r}") from exc
             if values[name] < 0 or (name == "max_queued_records" and values[name] == 0):
                 raise ConfigurationError(f"{name} must be positive, got {values[name]!r}")
+    if "system_metrics_interval" in values:
+        try:
+            interval = float(values["system_metrics_interval"])
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"system_metrics_interval must be a number of seconds (0: off), "
+                f"got {values['system_metrics_interval']!r}"
+            ) from exc
+        if not 0 <= interval < float("inf"):
+            raise ConfigurationError(
+                f"system_metrics_interval must be 0 (off) or a positive number of seconds, "
+                f"got {values['system_metrics_interval']!r}"
+            )
+        values["system_metrics_interval"] = interval
+    if "capture_console" in values:
+        values["capture_console"] = _flag("capture_console", values["capture_console"])
     if "dir" in values:
         values["dir"] = os.fspath(values["dir"])
     return values
+
+
+def _flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ConfigurationError(f"{name} must be true or false, got {value!r}")
 
 
 def traces_opt_out(argument: bool | None, environ: Mapping[str, str] | None = None) -> bool:

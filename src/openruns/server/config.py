@@ -201,6 +201,15 @@ class ServerSettings:
         metavar="MIB",
         help="largest body of a JSON call (create, patch, finish)",
     )
+    max_log_bytes: int = setting(
+        10 * MiB,
+        name="max_log_mib",
+        unit=MiB,
+        unit_name="MiB",
+        metavar="MIB",
+        help="console output kept per run: beyond it the middle is dropped (and counted), the "
+        "first and last halves kept; 0: unbounded",
+    )
     query_timeout: float = setting(
         30.0, metavar="S", unit_name="s", help="a read query running longer is stopped (503)"
     )

@@ -20,6 +20,8 @@ __all__ = [
     "EpisodesPage",
     "EpisodesReceipt",
     "Health",
+    "LogsPage",
+    "LogsReceipt",
     "MetricKey",
     "MetricSeries",
     "MetricsReceipt",
@@ -248,6 +250,33 @@ class AnnotationsReceipt(BaseModel):
 class AnnotationsPage(BaseModel):
     items: list[dict[str, Any]]
     next_cursor: str | None
+
+
+class LogsReceipt(BaseModel):
+    status: Literal["committed"]
+    lines: int
+    receipt: str
+
+
+class LogLine(BaseModel):
+    offset: int  # bytes of the run's output before this line: the keyset of pages
+    ts: float
+    stream: str
+    source: str
+    line: str
+
+
+class LogTotals(BaseModel):
+    lines: int  # received
+    bytes: int
+    dropped_lines: int  # dropped from the middle to keep the run within the server's bound
+    dropped_bytes: int
+    gap_offset: int | None  # where the dropped lines were
+
+
+class LogsPage(BaseModel):
+    items: list[LogLine]
+    totals: LogTotals
 
 
 class EpisodesPage(BaseModel):

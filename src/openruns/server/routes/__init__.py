@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import episodes, export, health, metrics, rollouts, runs, session
+from . import episodes, export, health, logs, metrics, rollouts, runs, session
 
 # Not `from . import annotations`: that name is the __future__ feature imported above.
 from .annotations import router as annotations_router
@@ -18,4 +18,5 @@ ROUTERS = (
     annotations_router,
     export.router,
     rollouts.router,
+    logs.router,
 )

@@ -20,6 +20,9 @@ create it; a change here needs a new numbered migration.
   metrics and episodes: environment ids handed out by the hub calls, and the eval sample rows
   and training Parquet objects stored in the blob store, one row per object.
 - sessions (migration 0008): dashboard sign-ins, by the SHA-256 of the cookie's token.
+- log_lines / log_totals (migration 0007): what a run's processes printed, one row per line at
+  its byte offset in the run's output, and per run what was received and what was dropped from
+  the middle to stay within the server's bound (store/logs.py).
 - episode_search (migration 0006): the full-text index of rollouts; its shape differs by
   dialect (FTS5 / tsvector), so it is not a Table here: store/search.py writes its SQL.
 """
@@ -46,6 +49,8 @@ __all__ = [
     "annotations",
     "api_keys",
     "episodes",
+    "log_lines",
+    "log_totals",
     "metadata",
     "metric_blocks",
     "metric_keys",
@@ -247,6 +252,31 @@ annotations = Table(
     # (episode, step): the trained step of an episode is read from the index alone.
     Index("ix_annotations_run_episode", "run_seq", "episode_id", "step"),
     Index("ix_annotations_run_step", "run_seq", "step", "episode_id"),
+)
+
+log_lines = Table(
+    "log_lines",
+    metadata,
+    Column("run_seq", Integer, primary_key=True),
+    Column("offset", BigInteger, primary_key=True),  # bytes of the run's output before it
+    Column("size", Integer, nullable=False),  # its bytes (UTF-8, with its newline)
+    Column("ts", Float, nullable=False),
+    Column("stream", String(32), nullable=False),  # stdout | stderr | traceback | ...
+    Column("source", String(128), nullable=False),  # the process: main, or a component
+    Column("line", Text, nullable=False),
+    Index("ix_log_lines_run_stream", "run_seq", "stream", "offset"),
+    sqlite_with_rowid=False,
+)
+
+log_totals = Table(
+    "log_totals",
+    metadata,
+    Column("run_seq", Integer, primary_key=True),
+    Column("lines", BigInteger, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("dropped_lines", BigInteger, nullable=False),
+    Column("dropped_bytes", BigInteger, nullable=False),
+    Column("gap_offset", BigInteger),  # where the dropped middle begins
 )
 
 receipts = Table(

@@ -27,6 +27,7 @@ from sqlalchemy import Connection
 from . import (
     episodes,
     keys,
+    logs,
     metric_times,
     metrics,
     prime,
@@ -234,7 +235,31 @@ class Store:
 
         return await self.db.write(write)
 
+    async def ingest_logs(
+        self, run_seq: int, key: str, rows: list[dict[str, Any]], max_bytes: int
+    ) -> dict[str, Any]:
+        """Append console lines (store/logs.py) and store the receipt, unless `key` was stored
+        already."""
+
+        def write(conn: Connection) -> dict[str, Any]:
+            lock_run(conn, run_seq)
+            prior = get_receipt(conn, run_seq, "logs", key)
+            if prior is not None:
+                return prior
+            logs.append(conn, run_seq, rows, max_bytes)
+            receipt = {"status": "committed", "lines": len(rows), "receipt": key}
+            put_receipt(conn, run_seq, "logs", key, receipt, time.time())
+            return receipt
+
+        return await self.db.write(write)
+
     # -- reads ------------------------------------------------------------------------------
+
+    async def log_page(self, run_seq: int, **query: Any) -> list[dict[str, Any]]:
+        return await self.db.read(lambda conn: logs.page(conn, run_seq, **query))
+
+    async def log_totals(self, run_seq: int) -> dict[str, Any]:
+        return await self.db.read(logs.totals, run_seq)
 
     async def annotations_of(self, run_seq: int, episode_id: str) -> list[dict[str, Any]]:
         return await self.db.read(annotations_of_episode, run_seq, episode_id)
@@ -404,14 +429,24 @@ class Store:
     async def places(self, seqs: list[int]) -> dict[int, dict[str, Any]]:
         return await self.db.read(search.places, seqs)
 
-    async def step_rewards(self, run_seq: int, stream: str, step: int) -> dict[str, Any]:
-        return await self.db.read(rewards.step_rewards, run_seq, stream, step)
+    async def step_rewards(
+        self, run_seq: int, stream: str, step: int, **query: Any
+    ) -> dict[str, Any]:
+        return await self.db.read(
+            lambda conn: rewards.step_rewards(conn, run_seq, stream, step, **query)
+        )
 
     async def reward_quantiles(
-        self, run_seq: int, stream: str, step_min: int | None, step_max: int | None, max_points: int
+        self,
+        run_seq: int,
+        stream: str,
+        step_min: int | None,
+        step_max: int | None,
+        max_points: int,
+        kind: str | None = None,
     ) -> dict[str, list[Any]]:
         return await self.db.read(
-            rewards.reward_quantiles, run_seq, stream, step_min, step_max, max_points
+            rewards.reward_quantiles, run_seq, stream, step_min, step_max, max_points, kind
         )
 
     async def timeline(self, run_seq: int, points: int) -> dict[str, list[Any]]:

@@ -30,16 +30,17 @@ __all__ = ["router"]
 
 router = APIRouter(include_in_schema=False)
 
-# page -> (title, whether it draws charts)
+# page -> (title, its charts: "now" (Plotly's bundle loads with the page), "later" (the page
+# loads it after its table, charts.js loadPlotly), or None)
 _PAGES = {
-    "runs": ("Runs", False),
-    "run": ("Run", True),
-    "step": ("Step", True),
-    "episode": ("Episode", False),
-    "search": ("Search", False),
-    "compare": ("Compare runs", True),
-    "pair": ("Side by side", False),
-    "signin": ("Sign in", False),
+    "runs": ("Runs", None),
+    "run": ("Run", "now"),
+    "step": ("Step", "later"),
+    "episode": ("Episode", None),
+    "search": ("Search", None),
+    "compare": ("Compare runs", "now"),
+    "pair": ("Side by side", None),
+    "signin": ("Sign in", None),
 }
 
 
@@ -55,13 +56,17 @@ def render(page: str) -> str:
     # Plotly's styles as a stylesheet: the element id and class tell Plotly not to inject them
     # inline, and empty elements stand where bundled modules would add their own <style> (the
     # Content-Security-Policy allows no inline style; see assets.py).
-    plotly = (
-        f'<link id="plotly.js-style-global" class="no-inline-styles" rel="stylesheet" '
-        f'href="{PLOTLY_CSS_URL}">\n'
-        + "".join(f'<template id="{i}"></template>\n' for i in plotly_self_styled_ids())
-        + f'<script async id="plotly" src="{PLOTLY_URL}"></script>\n'
-    )
-    scripts = plotly if charts else ""
+    scripts = ""
+    if charts is not None:
+        scripts = (
+            f'<link id="plotly.js-style-global" class="no-inline-styles" rel="stylesheet" '
+            f'href="{PLOTLY_CSS_URL}">\n'
+            + "".join(f'<template id="{i}"></template>\n' for i in plotly_self_styled_ids())
+        )
+    if charts == "now":
+        scripts += f'<script async id="plotly" src="{PLOTLY_URL}"></script>\n'
+    elif charts == "later":
+        scripts += f'<meta name="plotly" content="{PLOTLY_URL}">\n'
     scripts += f'<script type="module" src="/static/{page}.js"></script>'
     return Template(_template("base.html")).substitute(
         title=title, page=page, body=_template(f"{page}.html"), scripts=scripts

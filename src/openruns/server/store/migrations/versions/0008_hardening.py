@@ -1,7 +1,7 @@
 """Hardening (issue 12): run ids per team; dashboard sessions.
 
 Revision ID: 0008
-Revises: 0006 (re-chain after 0007 when it lands)
+Revises: 0007
 
 - runs: `id` is unique within a team, no longer across teams: (team_id, id) is the unique key,
   and a plain index on id serves lookups of a run token (which names only the id). So a team
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0008"
-down_revision = "0006"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
