@@ -41,6 +41,10 @@ def append(
     the oldest lines after the head if the run is over its bound. The caller holds the run's
     write lock. Returns the run's totals."""
     before = totals(conn, run_seq)
+    if not rows:
+        # Nothing to add: the totals row exists exactly when some output was received (every
+        # line counts at least its newline), which decides insert or update below.
+        return before
     offset = before["bytes"]
     values = []
     for row in rows:
