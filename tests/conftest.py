@@ -6,6 +6,9 @@ import pytest
 
 from . import procs
 
+# Session services (PostgreSQL, an S3 endpoint) for the tests of the scale-out stores.
+pytest_plugins = ["tests.services"]
+
 _RUN_ENV = (
     "OPENRUNS_RUN_ID",
     "OPENRUNS_RUN_PID",
@@ -27,6 +30,11 @@ def _isolated_settings(tmp_path, monkeypatch):
         if name.startswith(("OPENRUNS_", "PRIME_")) or name in _INHERITED:
             monkeypatch.delenv(name)
     monkeypatch.setenv("OPENRUNS_CONFIG_FILE", str(tmp_path / "no-config.toml"))
+    monkeypatch.setenv("OPENRUNS_SERVER_CONFIG", str(tmp_path / "no-server-config.toml"))
+    # System metrics and console capture add rows on their own clock: off unless a test turns
+    # them on (tests/sdk/test_system.py, test_console.py).
+    monkeypatch.setenv("OPENRUNS_SYSTEM_METRICS_INTERVAL", "0")
+    monkeypatch.setenv("OPENRUNS_CAPTURE_CONSOLE", "0")
     yield
     procs.reap()
     # init() exports the run it creates straight into os.environ; undo what a test left behind.

@@ -47,6 +47,8 @@ def init(
     on_error: str | None = None,
     finish_timeout: float | None = None,
     traces_opt_out: bool | None = None,
+    system_metrics_interval: float | None = None,
+    capture_console: bool | None = None,
 ) -> Run:
     """
     Open a run and return it.
@@ -74,7 +76,8 @@ def init(
     written under `dir`, default `./openruns-runs`), disabled (everything accepted and
     discarded). `traces_opt_out` (and `PRIME_TRACES_OPT_OUT`): prime-runs' opt-out of Prime
     Traces, validated as prime-runs does and otherwise without effect: episodes always go to the
-    openruns server (docs/prime-runs.md).
+    openruns server (docs/prime-runs.md). `system_metrics_interval` (seconds, 0: off) and
+    `capture_console`: the system metrics and console output kept with the run (Settings).
 
     Raises ConfigurationError for invalid arguments or settings, before anything is created.
     """
@@ -99,6 +102,8 @@ def init(
             "dir": dir,
             "on_error": on_error,
             "finish_timeout": finish_timeout,
+            "system_metrics_interval": system_metrics_interval,
+            "capture_console": capture_console,
         },
     )
 

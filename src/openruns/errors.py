@@ -13,7 +13,8 @@ Every exception openruns raises, grouped by cause.
         ├── ForbiddenError          403
         ├── NotFoundError           404
         ├── ConflictError           409 (alias LineFormatConflictError)
-        ├── RetryableAPIError       429/502/503/504 (retry_after: seconds, when the server said)
+        ├── RetryableAPIError       429/502/503/504/507 (retry_after: seconds, when the server
+        │                           said; 507: the server's disk is full, nothing was stored)
         └── TransportError          no HTTP status: connect error, reset, timeout
             └── APITimeoutError
 
@@ -101,7 +102,7 @@ class ConflictError(APIError):
 
 
 class RetryableAPIError(APIError):
-    """429 / 502 / 503 / 504: the server may accept the same request later."""
+    """429 / 502 / 503 / 504 / 507: the server may accept the same request later."""
 
     def __init__(
         self,
@@ -141,6 +142,7 @@ _BY_STATUS: dict[int, type[APIError]] = {
     502: RetryableAPIError,
     503: RetryableAPIError,
     504: RetryableAPIError,
+    507: RetryableAPIError,  # the server's disk is full: keep the data, retry later
 }
 
 

@@ -101,6 +101,17 @@ class Run:
         if settings.mode != "disabled":
             self._pipeline = Pipeline(backend.make_sink, run_id, kind, settings.max_queued_records)
             self._pipeline.start()  # here, not in the first log call, which must stay cheap
+        # System metrics (system.py): the owner samples its host and itself, others themselves.
+        self._system = None
+        if self._pipeline is not None and settings.system_metrics_interval > 0:
+            from .system import start_sampler
+
+            self._system = start_sampler(
+                self.log_metrics,
+                settings.system_metrics_interval,
+                owner=ownership is Ownership.OWNER,
+                disk_path=str(run_dir or settings.dir),
+            )
         fork.register(self)
         exits.opened(self)
 
@@ -383,6 +394,8 @@ class Run:
         ownership = self.ownership
         deadline = time.monotonic() + timeout
         drained = True
+        if self._system is not None:
+            self._system.stop()
         if self._pipeline is not None:
             drained = self._pipeline.close(timeout)
             sink = self._pipeline.sink

@@ -84,6 +84,11 @@ class Settings:
     - `retry_timeout`: seconds a failed call is retried (backoff with jitter, Retry-After
       honoured) before it counts as failed: a read raises, `openruns sync` reports it. Uploads
       are never given up this way: a batch the server cannot take waits in the spool. Default 30.
+    - `system_metrics_interval`: seconds between two samples of CPU, memory, disk, network and
+      GPUs (system.py), logged as rows without a step under `system/`. 0: off. Default 10.
+    - `capture_console`: keep what the run's owning process prints (stdout, stderr) with the
+      run (console.py), shown on the dashboard's Logs tab. Default true. (Read now; the run
+      starts the capture once its sending through the upload pipeline is wired, issue 13.)
     """
 
     mode: Mode = "offline"
@@ -99,6 +104,8 @@ class Settings:
     request_timeout: float = 60.0
     connect_timeout: float = 10.0
     retry_timeout: float = 30.0
+    system_metrics_interval: float = 10.0
+    capture_console: bool = True
 
     @classmethod
     def resolve(
@@ -202,9 +209,34 @@ def _validated(values: dict[str, Any]) -> dict[str, Any]:
                 raise ConfigurationError(f"{name} must be a number, got {values[name]!r}") from exc
             if values[name] < 0 or (name in _NONZERO and values[name] == 0):
                 raise ConfigurationError(f"{name} must be positive, got {values[name]!r}")
+    if "system_metrics_interval" in values:
+        try:
+            interval = float(values["system_metrics_interval"])
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"system_metrics_interval must be a number of seconds (0: off), "
+                f"got {values['system_metrics_interval']!r}"
+            ) from exc
+        if not 0 <= interval < float("inf"):
+            raise ConfigurationError(
+                f"system_metrics_interval must be 0 (off) or a positive number of seconds, "
+                f"got {values['system_metrics_interval']!r}"
+            )
+        values["system_metrics_interval"] = interval
+    if "capture_console" in values:
+        values["capture_console"] = _flag("capture_console", values["capture_console"])
     if "dir" in values:
         values["dir"] = os.fspath(values["dir"])
     return values
+
+
+def _flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ConfigurationError(f"{name} must be true or false, got {value!r}")
 
 
 def traces_opt_out(argument: bool | None, environ: Mapping[str, str] | None = None) -> bool:

@@ -16,8 +16,9 @@ from ..server.helpers import api, create_run, episode, metric_rows, ndjson, uplo
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    handle = serve_in_thread(tmp_path_factory.mktemp("api-server"))
+def server(backend, stores_factory, tmp_path_factory):
+    stores = stores_factory.new(backend, tmp_path_factory.mktemp("api-server"))
+    handle = serve_in_thread(**stores.settings)
     with api(handle.url) as http:
         runs = [create_run(http, name=f"api-{i}", tags=["api"]) for i in range(5)]
         rid = runs[-1]["id"]
@@ -83,10 +84,10 @@ def test_episodes_follow_cursors(server, client):
     assert list(client.episodes(rid, env="code")) == []
 
 
-def test_settings_and_errors(tmp_path):
+def test_settings_and_errors(backend, stores_factory, tmp_path):
     with pytest.raises(ConfigurationError, match="OPENRUNS_BASE_URL"):
         Client()
-    locked = serve_in_thread(tmp_path / "locked", auth=True)
+    locked = serve_in_thread(**stores_factory.new(backend, tmp_path / "locked").settings, auth=True)
     try:
         with (
             Client(base_url=locked.url + "/api/v1/") as anonymous,

@@ -61,7 +61,10 @@ def test_an_online_run_arrives_whole(server, tmp_path):
 
 
 def test_ten_percent_faults_every_record_exactly_once(server, tmp_path, monkeypatch):
-    monkeypatch.setenv("OPENRUNS_REQUEST_TIMEOUT", "1")
+    monkeypatch.setenv("OPENRUNS_REQUEST_TIMEOUT", "1")  # the proxy's hangs time out quickly
+    # A flaky server is still a server: on a loaded machine, 1 s requests can all time out for
+    # a while, which must not read as a server gone for good (that patience is this setting).
+    monkeypatch.setenv("OPENRUNS_CONNECT_TIMEOUT", "60")
     monkeypatch.setattr(sdk_pipeline, "BATCH_BYTES", 8 * 1024)  # many small requests
     proxy = FaultProxy(server.url, rate=0.10, seed=7, hang_seconds=1.5).start()
     try:

@@ -180,7 +180,7 @@ def test_finalize_is_compare_and_set_and_status_is_409_once_closed(server):
 
 
 def test_the_presigned_put_takes_a_parquet_body_without_credentials(server):
-    store = Store.open(ServerSettings(data_dir=server.data_dir).database_url)
+    store = Store.open(ServerSettings(data_dir=server.data_dir).sqlalchemy_url())
     secret = store.secret
     store.close()
     with _api(server.url) as http:
@@ -260,7 +260,7 @@ def test_bare_traces_and_a_batch_spanning_two_runs(server):
 @pytest.fixture(scope="module")
 def auth_server(tmp_path_factory):
     data = tmp_path_factory.mktemp("prime-auth") / "data"
-    store = Store.open(ServerSettings(data_dir=data).database_url)
+    store = Store.open(ServerSettings(data_dir=data).sqlalchemy_url())
     keys = {team: store.db.write_sync(key_sql.create_key, team)[1] for team in ("ml", "evals")}
     store.close()
     proc = ServerProcess(data, "--auth", "--prime-training-teams", "ml").start()
@@ -324,7 +324,7 @@ def test_the_real_sdk_with_a_team_key_and_a_refused_team(auth_server, tmp_path):
 
 def test_overload_is_429_or_503_with_retry_after_never_500(tmp_path):
     data = tmp_path / "data"
-    store = Store.open(ServerSettings(data_dir=data).database_url)
+    store = Store.open(ServerSettings(data_dir=data).sqlalchemy_url())
     key = store.db.write_sync(key_sql.create_key, "t")[1]
     store.close()
     busy = ServerProcess(

@@ -1,23 +1,47 @@
+"""
+Server fixtures. The suite runs against both store configurations: `backend` is a module
+param ("sqlite": one data directory; "postgres": PostgreSQL + an S3 bucket, see
+tests/services.py), so every test that starts a server runs on each.
+"""
+
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 
 from openruns.server import ServerHandle, serve_in_thread
 
+from ..services import BACKENDS, Stores, StoresFactory
 from .helpers import api
 
 
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def make_server(tmp_path) -> Iterator:
-    """Start servers on 127.0.0.1 (free ports, data under tmp_path) with ServerSettings fields."""
+def new_stores(backend, stores_factory: StoresFactory, tmp_path) -> Callable[[], Stores]:
+    """Fresh, empty stores of this test's backend (a new data dir, or database + bucket)."""
+    count = iter(range(1000))
+
+    def make() -> Stores:
+        return stores_factory.new(backend, tmp_path / f"data-{next(count)}")
+
+    return make
+
+
+@pytest.fixture
+def make_server(new_stores) -> Iterator[Callable[..., ServerHandle]]:
+    """Start servers on 127.0.0.1 (free ports) with ServerSettings fields; `stores=` shares
+    one deployment's stores between servers (replicas), else each gets fresh ones."""
     handles: list[ServerHandle] = []
 
-    def make(**settings) -> ServerHandle:
-        data_dir = settings.pop("data_dir", tmp_path / f"data-{len(handles)}")
-        handle = serve_in_thread(data_dir, **settings)
+    def make(stores: Stores | None = None, **settings) -> ServerHandle:
+        stores = stores or new_stores()
+        handle = serve_in_thread(**stores.settings, **settings)
         handles.append(handle)
         return handle
 
@@ -27,9 +51,10 @@ def make_server(tmp_path) -> Iterator:
 
 
 @pytest.fixture(scope="module")
-def shared_server(tmp_path_factory) -> Iterator[ServerHandle]:
+def shared_server(backend, stores_factory: StoresFactory, tmp_path_factory) -> Iterator:
     """One auth-off server for a module's tests (each test makes its own runs)."""
-    handle = serve_in_thread(tmp_path_factory.mktemp("server-data"))
+    stores = stores_factory.new(backend, tmp_path_factory.mktemp("server-data"))
+    handle = serve_in_thread(**stores.settings)
     yield handle
     handle.stop()
 

@@ -92,18 +92,23 @@ def error_of(response: httpx.Response) -> tuple[int, str, str]:
 
 class ServerProcess:
     """`openruns server` as a child process, to be SIGKILLed and restarted on the same data.
+    `where` is a data directory, or the flags of other stores (tests/services.Stores.cli_args).
     Its output goes to a log file (a pipe nobody reads could fill up and stall it)."""
 
-    def __init__(self, data_dir: Path, *extra: str):
-        self.data_dir = data_dir
+    def __init__(self, where: Path | list[str], *extra: str, log: Path | None = None):
+        self.data_dir = where if isinstance(where, Path) else None
+        self.store_args = ["--data-dir", str(where)] if isinstance(where, Path) else where
         self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
-        self.log = data_dir.parent / f"{data_dir.name}-server.log"
+        if log is None:
+            assert isinstance(where, Path), "a ServerProcess without a data directory needs log="
+            log = where.parent / f"{where.name}-server.log"
+        self.log = log
 
     def start(self, port: int = 0) -> ServerProcess:
         args = [sys.executable, "-m", "openruns.cli", "server", "--port", str(port)]
-        args += ["--data-dir", str(self.data_dir), *self.extra]
+        args += [*self.store_args, *self.extra]
         env = {**os.environ, "PYTHONPATH": SRC}
         with self.log.open("ab") as log:
             offset = log.tell()

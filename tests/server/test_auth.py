@@ -10,18 +10,18 @@ from openruns.server.config import ServerConfigError, ServerSettings
 from .helpers import api, create_run, error_of, metric_rows, upload
 
 
-def new_key(data_dir, team, capsys) -> str:
-    assert openruns_main(["keys", "create", "--team", team, "--data-dir", str(data_dir)]) == 0
+def new_key(stores, team, capsys) -> str:
+    assert openruns_main(["keys", "create", "--team", team, *stores.db_args()]) == 0
     out, err = capsys.readouterr()
     assert "not shown again" in err
     return out.strip()
 
 
 @pytest.fixture
-def auth_server(make_server, tmp_path, capsys):
-    data = tmp_path / "auth-data"
-    keys = {team: new_key(data, team, capsys) for team in ("red", "blue")}
-    return make_server(data_dir=data, auth=True), keys, data
+def auth_server(make_server, new_stores, capsys):
+    stores = new_stores()
+    keys = {team: new_key(stores, team, capsys) for team in ("red", "blue")}
+    return make_server(stores, auth=True), keys, stores
 
 
 def test_a_key_sees_only_its_team(auth_server):
@@ -41,9 +41,10 @@ def test_a_key_sees_only_its_team(auth_server):
             assert error_of(response)[:2] == (404, "not_found")
         assert [r["id"] for r in red.get("/runs").json()["items"]] == [rid]
         assert blue.get("/runs").json()["items"] == []
-        # A client-chosen id taken by another team is a conflict, not that team's run.
-        status, code, _ = error_of(blue.post("/runs", json={"id": rid, "kind": "eval"}))
-        assert (status, code) == (409, "run_id_taken")
+        # Ids are per team: the same client-chosen id is blue's own run, red's is untouched.
+        theirs = blue.post("/runs", json={"id": rid, "kind": "eval"})
+        assert theirs.status_code == 201 and theirs.json()["team_id"] == "blue"
+        assert red.get(f"/runs/{rid}").json()["kind"] == mine["kind"] == "train"
         other_team = red.post("/runs", json={"kind": "eval", "team_id": "blue"})
         assert other_team.status_code == 403
 
@@ -57,14 +58,14 @@ def test_missing_bad_and_revoked_keys_are_401(auth_server, capsys):
     for token in ("ork_wrong", "orr_" + "0" * 64 + "_x", "Basic xyz", "nonsense"):
         with api(server.url, token) as bad:
             assert bad.get("/runs").status_code == 401
-    assert openruns_main(["keys", "list", "--data-dir", str(data)]) == 0
+    assert openruns_main(["keys", "list", *data.db_args()]) == 0
     listing = capsys.readouterr().out
     assert "red" in listing and keys["red"] not in listing
     red_id = next(line.split("\t")[0] for line in listing.splitlines() if "\tred\t" in line)
-    assert openruns_main(["keys", "revoke", red_id, "--data-dir", str(data)]) == 0
+    assert openruns_main(["keys", "revoke", red_id, *data.db_args()]) == 0
     with api(server.url, keys["red"]) as revoked:
         assert revoked.get("/runs").status_code == 401
-    assert openruns_main(["keys", "revoke", red_id, "--data-dir", str(data)]) == 1
+    assert openruns_main(["keys", "revoke", red_id, *data.db_args()]) == 1
 
 
 def test_a_run_token_reaches_its_run_only(auth_server):
@@ -85,10 +86,10 @@ def test_a_run_token_reaches_its_run_only(auth_server):
         assert token.post(f"/runs/{rid}/finish", json={"status": "completed"}).status_code == 200
 
 
-def test_rate_limit_answers_429_with_retry_after(make_server, tmp_path, capsys):
-    data = tmp_path / "limited"
-    key = new_key(data, "t", capsys)
-    server = make_server(data_dir=data, auth=True, rate_limit=0.2, rate_burst=3)
+def test_rate_limit_answers_429_with_retry_after(make_server, new_stores, capsys):
+    stores = new_stores()
+    key = new_key(stores, "t", capsys)
+    server = make_server(stores, auth=True, rate_limit=0.2, rate_burst=3)
     with api(server.url, key) as http:
         codes = [http.get("/runs").status_code for _ in range(4)]
         assert codes == [200, 200, 200, 429]

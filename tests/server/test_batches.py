@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import sqlite3
 import struct
 
 import orjson
 import pytest
 import zstandard
+from sqlalchemy import select
 
 from openruns.batches import BATCH_CONTENT_TYPE, Batch, header_frame, parse_header
 from openruns.records import record_kind
+from openruns.server.store.schema import segments
 from openruns.upload.batching import BatchAssembler, FrameCutter
 from openruns.upload.encoder import iter_pieces
 from openruns.upload.wire import WireClient
@@ -45,8 +46,9 @@ def _post(client, run_id: str, body: bytes, key: str = "k1", **headers: str):
     return client.post(f"/runs/{run_id}/episodes", content=body, headers=headers)
 
 
-def test_a_batch_is_stored_as_sent_and_each_record_reads_back(make_server, tmp_path):
-    server = make_server(data_dir=tmp_path / "data")
+def test_a_batch_is_stored_as_sent_and_each_record_reads_back(make_server, new_stores):
+    stores = new_stores()
+    server = make_server(stores)
     records = [_episode(i, size=100 if i % 3 else 9000) for i in range(12)]
     batch = _batch(records)
     wire = WireClient(server.url, None)
@@ -63,31 +65,31 @@ def test_a_batch_is_stored_as_sent_and_each_record_reads_back(make_server, tmp_p
             r["id"] for r in records
         ]
     wire.close()
-    db = sqlite3.connect(tmp_path / "data" / "openruns.db")
-    (blob_key,) = db.execute("SELECT blob_key FROM segments").fetchone()
-    db.close()
+    store = stores.open_store()
+    try:
+        keys = store.db.read_sync(lambda conn: list(conn.execute(select(segments.c.blob_key))))
+    finally:
+        store.close()
+    (blob_key,) = [row[0] for row in keys]
     _, header_length = parse_header(batch.parts[0])
-    stored = (tmp_path / "data" / "blobs" / blob_key).read_bytes()
+    stored = stores.open_blobs().get(blob_key)
     assert stored == b"".join(batch.parts)[header_length:]  # the SDK's frames, byte for byte
 
 
-def test_the_kind_is_stored_from_the_record_or_the_run(make_server, tmp_path):
-    server = make_server(data_dir=tmp_path / "data")
+def test_the_kind_is_stored_from_the_record_or_the_run(client):
     batch = _batch([_episode(0, work_type="train"), _episode(1), _episode(2, work_type="eval")])
     lines = b"".join(
         orjson.dumps(_episode(i, work_type="train" if i == 4 else None)) + b"\n"
         for i in range(3, 5)
     )
-    with api(server.url) as client:
-        run_id = create_run(client, kind="eval")["id"]
-        assert _post(client, run_id, b"".join(batch.parts)).status_code == 200
-        ndjson = zstandard.ZstdCompressor().compress(lines)
-        plain = {"Content-Type": "application/x-ndjson", "Content-Encoding": "zstd"}
-        response = client.post(f"/runs/{run_id}/episodes", content=ndjson, headers=plain)
-        assert response.status_code == 200
-    db = sqlite3.connect(tmp_path / "data" / "openruns.db")
-    kinds = dict(db.execute("SELECT episode_id, kind FROM episodes").fetchall())
-    db.close()
+    run_id = create_run(client, kind="eval")["id"]
+    assert _post(client, run_id, b"".join(batch.parts)).status_code == 200
+    ndjson = zstandard.ZstdCompressor().compress(lines)
+    plain = {"Content-Type": "application/x-ndjson", "Content-Encoding": "zstd"}
+    response = client.post(f"/runs/{run_id}/episodes", content=ndjson, headers=plain)
+    assert response.status_code == 200
+    rows = client.get(f"/runs/{run_id}/episodes", params={"limit": 100}).json()["items"]
+    kinds = {row["id"]: row["kind"] for row in rows}
     assert kinds == {"e0": "train", "e1": "eval", "e2": "eval", "e3": "eval", "e4": "train"}
 
 

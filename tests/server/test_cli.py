@@ -11,8 +11,10 @@ from pathlib import Path
 
 import httpx
 
+from openruns.cli import main as openruns_main
 from openruns.server.config import DEFAULT_PORT, default_data_dir
 
+from ..services import free_port
 from .helpers import SRC, ServerProcess
 
 
@@ -63,6 +65,36 @@ def test_startup_errors_are_one_line(tmp_path):
     assert "cannot open the data directory" in bad_dir.stderr
 
 
+def test_unreachable_or_misconfigured_stores_are_one_line_errors(stores_factory, tmp_path, capsys):
+    """The database or the bucket: which one, and why, in one line (no password shown). In
+    this process: the command's own code path, without a Python start per case."""
+    s3 = stores_factory.s3()
+    port = free_port()  # nothing listens there
+    cases = [
+        (
+            ["--db", f"postgresql://openruns:s3cret@127.0.0.1:{port}/runs"],
+            f"cannot open the database postgresql://openruns:***@127.0.0.1:{port}/runs",
+        ),
+        (["--db", "mysql://h/db"], "unsupported database 'mysql'"),
+        (
+            ["--blobs", "s3://no-such-bucket/x", "--s3-endpoint-url", s3.url],
+            "the bucket of s3://no-such-bucket/x at " + s3.url + " does not exist",
+        ),
+        (
+            ["--blobs", "s3://b", "--s3-endpoint-url", f"http://127.0.0.1:{port}"],
+            "cannot reach s3://b at",
+        ),
+        (["--blobs", "gs://b"], "unsupported blob store 'gs://b'"),
+    ]
+    for flags, expected in cases:
+        code = openruns_main(["server", "--port", "0", "--data-dir", str(tmp_path / "d"), *flags])
+        out, err = capsys.readouterr()
+        assert code == 2, err
+        assert err.count("\n") == 1 and err.startswith("openruns server: "), err
+        assert expected in err, err
+        assert "s3cret" not in err and not out
+
+
 def test_building_the_command_line_does_not_import_the_server_stack():
     code = (
         "import sys\n"
@@ -82,7 +114,7 @@ def test_building_the_command_line_does_not_import_the_server_stack():
         timeout=60,
     )
     assert "HEAVY []" in done.stdout, done.stdout + done.stderr
-    assert "OPENRUNS_DATA_DIR" in done.stdout and str(DEFAULT_PORT) in done.stdout
+    assert "OPENRUNS_<NAME>" in done.stdout and f"(default: {DEFAULT_PORT})" in done.stdout
 
 
 def test_default_data_dir():

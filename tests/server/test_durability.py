@@ -1,20 +1,22 @@
 """
 A 2xx means durable: SIGKILL `openruns server` in the middle of a stream of uploads, restart
-it on the same data directory, replay every batch that got no 2xx (same Idempotency-Key), and
-every record is there exactly once, with no index row pointing at a missing or torn segment.
+it on the same stores (data directory, or PostgreSQL + bucket), replay every batch that got no
+2xx (same Idempotency-Key), and every record is there exactly once, with no index row pointing
+at a missing or torn segment.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 
 import httpx
 import orjson
 import zstandard
+from sqlalchemy import select
 
 from openruns.rundir import batch_key
+from openruns.server.store.schema import episodes, segments
 
 from .helpers import ServerProcess, api, create_run, episode, metric_rows, ndjson, upload
 
@@ -36,9 +38,9 @@ def make_batches() -> list[tuple[str, bytes]]:
     return batches
 
 
-def test_sigkill_mid_stream_keeps_every_acknowledged_record_once(tmp_path):
-    data_dir = tmp_path / "data"
-    server = ServerProcess(data_dir).start()
+def test_sigkill_mid_stream_keeps_every_acknowledged_record_once(new_stores, tmp_path):
+    stores = new_stores()
+    server = ServerProcess(stores.cli_args(), log=tmp_path / "server.log").start()
     batches = make_batches()
     acked: set[int] = set()
     lock = threading.Lock()
@@ -84,7 +86,7 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_record_once(tmp_path):
             check_everything_once(http, run_id, batches)
     finally:
         server.stop()
-    check_no_dangling_index_rows(data_dir)
+    check_no_dangling_index_rows(stores)
 
 
 def check_everything_once(http: httpx.Client, run_id: str, batches) -> None:
@@ -113,18 +115,28 @@ def check_everything_once(http: httpx.Client, run_id: str, batches) -> None:
     assert sorted(exported) == sorted(originals.values())
 
 
-def check_no_dangling_index_rows(data_dir) -> None:
-    """Every index row's frame is in a blob on disk and decompresses (checksum verified)."""
-    db = sqlite3.connect(data_dir / "openruns.db")
-    rows = db.execute(
-        "SELECT s.blob_key, e.frame_offset, e.frame_length, e.offset, e.length "
-        "FROM episodes e JOIN segments s ON s.id = e.segment_id"
-    ).fetchall()
-    db.close()
+def check_no_dangling_index_rows(stores) -> None:
+    """Every index row's frame is in a stored blob and decompresses (checksum verified)."""
+    query = select(
+        segments.c.blob_key,
+        episodes.c.frame_offset,
+        episodes.c.frame_length,
+        episodes.c.offset,
+        episodes.c.length,
+    ).join(segments, segments.c.id == episodes.c.segment_id)
+    store = stores.open_store()
+    try:
+        rows = store.db.read_sync(lambda conn: [tuple(r) for r in conn.execute(query)])
+    finally:
+        store.close()
     assert rows
+    blobs = stores.open_blobs()
     decompressor = zstandard.ZstdDecompressor()
+    segments_read: dict[str, bytes] = {}  # each blob fetched once (a GET each on S3)
     for blob_key, frame_offset, frame_length, offset, length in rows:
-        with (data_dir / "blobs" / blob_key).open("rb") as fh:
-            fh.seek(frame_offset)
-            frame = decompressor.decompress(fh.read(frame_length))
-        assert orjson.loads(frame[offset : offset + length])["id"]
+        if blob_key not in segments_read:
+            segments_read[blob_key] = blobs.get(blob_key)
+        frame = segments_read[blob_key][frame_offset : frame_offset + frame_length]
+        assert len(frame) == frame_length
+        record = decompressor.decompress(frame)[offset : offset + length]
+        assert orjson.loads(record)["id"]

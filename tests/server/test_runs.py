@@ -54,7 +54,7 @@ def test_create_rejects_bad_fields_by_name(client):
     status, code, message = error_of(client.post("/runs", json={"kind": "nope"}))
     assert (status, code) == (422, "invalid_request") and "body.kind" in message
     status, code, message = error_of(client.post("/runs", json={"kind": "eval", "id": "a/b"}))
-    assert status == 422 and "body.id" in message
+    assert (status, code) == (400, "invalid_run_id") and "'a/b'" in message
     status, code, message = error_of(client.post("/runs", json={"kind": "eval", "colour": 1}))
     assert status == 422 and "colour" in message
     response = client.post(
@@ -151,14 +151,14 @@ def test_silent_runs_become_crashed(make_server):
         assert http.post(f"/runs/{silent}/heartbeat").json() == {"status": "crashed"}
 
 
-def test_crash_is_detected_on_read_without_the_sweeper(make_server, tmp_path):
-    data = tmp_path / "shared"
-    first = make_server(data_dir=data)
+def test_crash_is_detected_on_read_without_the_sweeper(make_server, new_stores):
+    stores = new_stores()
+    first = make_server(stores)
     with api(first.url) as http:
         rid = create_run(http)["id"]
     first.stop()
     # A replica with a tiny timeout: the read itself notices (the sweep may not have run yet).
-    second = make_server(data_dir=data, heartbeat_timeout=0.05)
+    second = make_server(stores, heartbeat_timeout=0.05)
     time.sleep(0.1)
     with api(second.url) as http:
         assert http.get(f"/runs/{rid}").json()["status"] == "crashed"

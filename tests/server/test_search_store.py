@@ -5,14 +5,8 @@ and the cursor hold, a second indexer (a replica) never indexes a row twice."""
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import orjson
 import pytest
@@ -26,60 +20,12 @@ from openruns.server.state import ServerState
 from openruns.server.store import LocalBlobStore, Store
 
 
-def _pg_bin(name: str) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    for candidate in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True):
-        return str(candidate)
-    return None
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    """A throwaway PostgreSQL cluster on a Unix socket in a temporary directory (run as
-    `nobody` when the tests run as root, which initdb refuses)."""
-    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
-    if not initdb or not pg_ctl:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
-    # Not under pytest's own temporary directory: `nobody` cannot enter that one.
-    root = Path(tempfile.mkdtemp(prefix="openruns-search-pg-"))
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(root, "nobody")
-        root.chmod(0o777)
-        prefix = ["runuser", "-u", "nobody", "--"]
-    data, log = root / "data", root / "log"
-    subprocess.run(
-        [*prefix, initdb, "-D", str(data), "-A", "trust", "-U", "postgres"],
-        check=True,
-        capture_output=True,
-    )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    options = f"-p {port} -k {root} -c listen_addresses='' -c fsync=off"
-    subprocess.run(
-        [*prefix, pg_ctl, "-D", str(data), "-o", options, "-l", str(log), "-w", "start"],
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield f"postgresql+psycopg://postgres@/postgres?host={root}&port={port}"
-    finally:
-        subprocess.run(
-            [*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True
-        )
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def state(request, tmp_path) -> Iterator[ServerState]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/openruns.db"
-    else:
-        url = request.getfixturevalue("postgres_url")
-    store = Store.open(url)
+@pytest.fixture
+def state(backend, stores_factory, tmp_path) -> Iterator[ServerState]:
+    """A server's state on this module's backend (tests/services.py: SQLite, or a fresh
+    database of the session's PostgreSQL cluster); blobs in a local directory either way."""
+    stores = stores_factory.new(backend, tmp_path / "data")
+    store = Store.open(stores.database_url())
     settings = ServerSettings(data_dir=tmp_path)
     yield ServerState(
         settings=settings,

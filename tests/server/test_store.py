@@ -1,11 +1,14 @@
-"""The store without HTTP: metric merge and downsampling against a brute-force model, blobs,
-body decoding, migrations."""
+"""The store without HTTP, on both databases: metric merge and downsampling against a
+brute-force model, blobs, body decoding, migrations."""
 
 from __future__ import annotations
 
 import gzip
 import itertools
 import os
+import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import zstandard
@@ -16,11 +19,12 @@ from openruns.server.body import decompress
 from openruns.server.errors import ApiError
 from openruns.server.store import LocalBlobStore, Store
 from openruns.server.store import metrics as metric_sql
+from openruns.server.store.migrate import NewerSchemaError
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    opened = Store.open(f"sqlite:///{tmp_path_factory.mktemp('store')}/openruns.db")
+def store(backend, stores_factory, tmp_path_factory):
+    opened = stores_factory.new(backend, tmp_path_factory.mktemp("store")).open_store()
     yield opened
     opened.close()
 
@@ -156,3 +160,41 @@ def test_migrations_run_once_and_the_secret_is_stable(tmp_path):
     second = Store.open(url)
     assert second.secret == secret
     second.close()
+
+
+def test_replicas_starting_together_migrate_once(backend, stores_factory, tmp_path):
+    """Four stores open one empty database at once: the migration lock lets one migrate, the
+    others wait and find the schema at head; all share one server secret."""
+    if backend == "postgres":
+        url = stores_factory.postgres().new_database(migrated=False)
+        url = url.replace("postgresql://", "postgresql+psycopg://")
+    else:
+        url = f"sqlite:///{tmp_path}/openruns.db"
+    barrier = threading.Barrier(4)
+
+    def open_one(_: int) -> Store:
+        barrier.wait()
+        return Store.open(url)
+
+    with ThreadPoolExecutor(4) as pool:
+        opened = list(pool.map(open_one, range(4)))
+    try:
+        assert len({s.secret for s in opened}) == 1
+        version = opened[0].db.read_sync(
+            lambda conn: conn.exec_driver_sql("SELECT version_num FROM alembic_version").all()
+        )
+        assert len(version) == 1
+    finally:
+        for s in opened:
+            s.close()
+
+
+def test_a_newer_schema_is_refused_in_words(tmp_path):
+    url = f"sqlite:///{tmp_path}/openruns.db"
+    Store.open(url).close()
+    db = sqlite3.connect(tmp_path / "openruns.db")
+    db.execute("UPDATE alembic_version SET version_num = '9999'")
+    db.commit()
+    db.close()
+    with pytest.raises(NewerSchemaError, match="migrated by a newer openruns.*upgrade this server"):
+        Store.open(url)

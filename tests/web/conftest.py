@@ -13,11 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import expect, sync_playwright
 
 from openruns.server import ServerHandle, serve_in_thread
 
 from .seed import Seeded, seed
+
+# What a page shows may wait for Plotly's 4.8 MB bundle to compile, which takes seconds on a
+# loaded 2-core machine: assertions wait as long as actions do (playwright's default is 5 s).
+expect.set_options(timeout=15_000)
 
 CHROMIUM = os.environ.get("OPENRUNS_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [

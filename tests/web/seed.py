@@ -9,9 +9,13 @@ from __future__ import annotations
 import math
 import os
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import httpx
+import orjson
 
 import openruns
 from openruns.demo import make_episode
@@ -86,6 +90,19 @@ UNKNOWN_SHAPE = {
 }
 SHAPES = (OPENAI_CHAT, PROMPT_LISTS, PLAIN_STRINGS, UNKNOWN_SHAPE)
 GROUP = "web-sweep"
+# The run contract in the train run: eval episodes at this step, and a trainer's annotations
+# saying the episodes of step 1 were trained at step 2 (off-policy) and those of 0 and 2 at once.
+EVAL_STEP = 4
+EVAL_EPISODES = 2
+TRAINED_AT = {0: 0, 1: 2, 2: 2}
+TIMED_ROWS = 30  # inference/* rows logged without a step
+FAILED_TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "train.py", line 42, in <module>\n'
+    "    loss.backward()\n"
+    "torch.OutOfMemoryError: CUDA out of memory: tried to allocate 2.00 GiB"
+)
+CONSOLE_LINES = 40  # stdout lines of the train run
 
 
 @dataclass
@@ -98,6 +115,7 @@ class Seeded:
     long_episode: str
     # Per step of the train run: the episodes as logged (first user message, final answer).
     episodes: dict[int, list[dict[str, Any]]]
+    eval_episodes: list[str]
 
 
 def _clear_run_env() -> None:
@@ -114,12 +132,31 @@ def _episode(rng: random.Random, step: int, reward: float, env: str) -> dict[str
     return episode
 
 
+def post_logs(base_url: str, run_id: str, lines: list[dict[str, Any]]) -> None:
+    """Console lines as the SDK uploads them (POST /runs/{id}/logs)."""
+    body = b"".join(orjson.dumps(line) + b"\n" for line in lines)
+    response = httpx.post(
+        f"{base_url}/api/v1/runs/{run_id}/logs",
+        content=body,
+        headers={"Content-Type": "application/x-ndjson"},
+        timeout=30,
+    )
+    response.raise_for_status()
+
+
 def seed(base_url: str, local: Path) -> Seeded:
     rng = random.Random(7)
     config = local / "rl.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(CONFIG_TOML)
-    common = {"base_url": base_url, "dir": local, "tags": ["web-test"]}
+    # The SDK's own system metrics and console capture off: the seeded runs are exact.
+    common = {
+        "base_url": base_url,
+        "dir": local,
+        "tags": ["web-test"],
+        "system_metrics_interval": 0,
+        "capture_console": False,
+    }
 
     _clear_run_env()
     train = openruns.init(
@@ -164,6 +201,46 @@ def seed(base_url: str, local: Path) -> Seeded:
         # Bare traces (the other stream), as a framework without episodes logs them.
         bare = [_episode(rng, 0, 0.5, "math")["traces"][0] for _ in range(BARE_TRACES)]
         train.log_traces(bare, step=0)
+        # The run contract: eval episodes inside the train run, a trainer's annotations, rows
+        # logged without a step (charted by wall time), console output.
+        evals = [_episode(rng, EVAL_STEP, 0.9, "math") for _ in range(EVAL_EPISODES)]
+        train.log_episodes(evals, step=EVAL_STEP, kind="eval")
+        train.log_annotations(
+            {
+                "episode_id": e["id"],
+                "step": TRAINED_AT[step],
+                "producer": "trainer",
+                "info": {"advantage": round(e["traces"][0]["reward"] - 0.5, 3)},
+            }
+            for step in TRAINED_AT
+            for e in logged[step]
+        )
+        for i in range(TIMED_ROWS):
+            train.log_metrics({"inference": {"tokens_per_s": 1000.0 + 10 * i}})
+            # As the SDK's system metrics are logged (openruns/system.py), without a step.
+            train.log_metrics(
+                {"system": {"cpu": {"percent": 40.0 + i}, "memory": {"used_percent": 60.0}}}
+            )
+            time.sleep(0.002)
+        post_logs(
+            base_url,
+            train.id,
+            [
+                {
+                    "ts": time.time(),
+                    "stream": "stdout",
+                    "line": f"step {i}: loss {2.0 - i / 40:.3f}",
+                }
+                for i in range(CONSOLE_LINES)
+            ]
+            + [
+                {
+                    "ts": time.time(),
+                    "stream": "stderr",
+                    "line": "warning: the learning rate is high",
+                }
+            ],
+        )
         train.update_summary({"final": {"loss": 2.0 * math.exp(-3), "reward": 0.99}})
     _clear_run_env()
 
@@ -179,7 +256,16 @@ def seed(base_url: str, local: Path) -> Seeded:
 
     failed = openruns.init(kind="train", name="web-failed", model="Qwen/Qwen3-0.6B", **common)
     failed.log_metrics({"train/loss": 3.0}, step=0)
+    post_logs(
+        base_url,
+        failed.id,
+        [
+            {"ts": time.time(), "stream": "stdout", "line": "loading the model"},
+            {"ts": time.time(), "stream": "traceback", "line": FAILED_TRACEBACK},
+        ],
+    )
     failed.fail("CUDA out of memory: tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
     _clear_run_env()
 
-    return Seeded(train.id, evaluation.id, failed.id, rewards, long_episode, logged)
+    eval_ids = [e["id"] for e in evals]
+    return Seeded(train.id, evaluation.id, failed.id, rewards, long_episode, logged, eval_ids)

@@ -31,8 +31,8 @@ def test_every_chart_is_drawn_without_scrolling_to_it(page, seeded, screenshot):
     page.set_viewport_size({"width": 1280, "height": 500})  # most charts are below the fold
     page.goto(f"/runs/{seeded.train}")
     charts = page.locator("figure.chart")
-    expect(charts).to_have_count(5)
-    for i in range(5):
+    expect(charts).to_have_count(8)
+    for i in range(8):
         expect(charts.nth(i)).to_have_attribute("data-drawn", "true")
     assert page.evaluate("window.scrollY") == 0
     below = charts.evaluate_all(

@@ -89,3 +89,49 @@ def test_step_page_shows_new_episodes_of_its_step(page, live_server, tmp_path):
         assert rewards == sorted(rewards, reverse=True)
     finally:
         run.finish()
+
+
+def test_rows_without_a_step_and_console_lines_follow_a_live_run(page, live_server, tmp_path):
+    import time
+
+    import httpx
+    import orjson
+
+    run = openruns.init(
+        kind="train", name="web-live-time", base_url=live_server.url, dir=tmp_path / "local"
+    )
+
+    def lines(texts: list[str]) -> None:
+        body = b"".join(
+            orjson.dumps({"ts": time.time(), "stream": "stdout", "line": t}) + b"\n" for t in texts
+        )
+        url = f"{live_server.url}/api/v1/runs/{run.id}/logs"
+        httpx.post(url, content=body, timeout=30).raise_for_status()
+
+    try:
+        for i in range(5):
+            run.log_metrics({"inference/queue_depth": float(i)})
+            time.sleep(0.01)
+        assert run.flush()
+        lines(["first line", "second line"])
+        page.goto(f"{live_server.url}/runs/{run.id}#logs")
+        log = page.locator("#log-lines .log-line")
+        expect(log).to_have_count(2)
+        page.click("#tab-overview")
+        chart = page.locator('figure.chart[data-axis="time"][data-key="inference/queue_depth"]')
+        expect(chart).to_have_attribute("data-points", "5")
+        reads: list[str] = []
+        page.on("request", lambda r: reads.append(r.url) if "/metrics?" in r.url else None)
+
+        run.log_metrics({"inference/queue_depth": 5.0})
+        assert run.flush()
+        expect(chart).to_have_attribute("data-points", "6", timeout=LIVE_MS)
+        # Only rows from the last time drawn were asked for.
+        assert reads and all("ts_min=" in url for url in reads)
+
+        page.click("#tab-logs")
+        lines(["third line"])
+        expect(log).to_have_count(3, timeout=LIVE_MS)
+        expect(log.nth(2)).to_contain_text("third line")
+    finally:
+        run.finish()

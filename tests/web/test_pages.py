@@ -85,9 +85,13 @@ def test_run_page_charts_every_point_and_keeps_spikes(page, seeded):
     header = page.locator("#run-header")
     expect(header.locator(".badge").first).to_have_text("completed")
     expect(header).to_contain_text("No records lost")
-    # Grouped by prefix, one chart per key; the episodes' reward bands in a group first.
-    expect(page.locator(".group h3")).to_have_text(["rewards of episodes", "eval", "train"])
-    expect(page.locator("figure.chart:not(.bands)")).to_have_count(4)
+    # In sections (by step, eval, by wall time), grouped by prefix, one chart per key; the
+    # episodes' reward bands in a group first.
+    expect(page.locator(".section-title")).to_have_count(4)
+    expect(page.locator(".group h4")).to_have_text(
+        ["rewards of episodes", "train", "eval", "inference", "cpu", "memory"]
+    )
+    expect(page.locator("figure.chart:not(.bands)")).to_have_count(7)
     expect(page.locator("figure.chart.bands")).to_have_count(1)
 
     # Fewer points than pixels: every point is drawn.
@@ -269,7 +273,9 @@ def test_bare_traces_have_their_stream_and_page(page, seeded):
     expect(page.locator("#f-stream")).to_have_value("traces")
     rows = page.locator("#episodes tbody tr")
     expect(rows).to_have_count(BARE_TRACES)
-    expect(page.locator("#step-stats")).to_contain_text(f"{BARE_TRACES} traces at this step")
+    expect(page.locator("#step-stats")).to_contain_text(
+        f"{BARE_TRACES} traces dispatched at this step"
+    )
     rows.nth(0).click()
     page.wait_for_url("**/episodes/*")
     expect(page.locator("#episode-header h1")).to_contain_text("Trace")

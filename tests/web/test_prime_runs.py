@@ -17,7 +17,8 @@ def own_server(tmp_path):
     handle.stop()
 
 
-def test_a_prime_eval_shows_its_config_summary_and_episodes(page, own_server, tmp_path):
+def test_a_prime_eval_shows_its_config_summary_and_episodes(own_server, page, tmp_path):
+    # own_server before page: the page (and its polls) closes before the server stops.
     server = own_server
     report, stderr = run_sdk(
         """

@@ -4,10 +4,10 @@ The ASGI application.
     app = create_app(ServerSettings(data_dir=Path("data")))
 
 `create_app` assembles small parts: the lifespan (open the store, run the crash sweeper and the
-search indexer, close),
-the body-size middleware, the error handlers, the API routers under /api/v1, and the dashboard
-router (web/) at the root. Pass an already-open `state` to keep startup errors out of the
-lifespan (serve.py does, so they can be reported in one line).
+search indexer, close), the middlewares (security headers and trusted proxies, the body-size
+cap, the refusal of NaN in JSON bodies), the error handlers, the API routers under /api/v1,
+and the dashboard router (web/) at the root. Pass an already-open `state` to keep startup
+errors out of the lifespan (serve.py does, so they can be reported in one line).
 """
 
 from __future__ import annotations
@@ -20,13 +20,16 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from .. import __version__
-from . import search_indexer
+from . import api_docs, search_indexer
 from .config import ServerSettings
-from .handlers import install_handlers
+from .errors import ApiError
+from .handlers import document_errors, install_handlers
 from .limits import BodyLimit
 from .prime import include_prime
 from .routes import ROUTERS
+from .security import install_security
 from .state import ServerState
+from .strict_json import RejectNonFinite
 from .web import router as web_router
 
 __all__ = ["create_app"]
@@ -65,28 +68,40 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
         version=__version__,
         description="Run tracker for LLM evaluation and RL training: the native API (v1).",
         openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=f"{API_PREFIX}/docs",
+        docs_url=None,  # api_docs.py: the same Swagger UI, without inline script
         redoc_url=None,
+        # A path with a stray "/" is a 404 naming it, not a redirect no operation documents.
+        redirect_slashes=False,
         lifespan=lifespan,
     )
     install_handlers(app)
+    app.add_middleware(RejectNonFinite)  # inside BodyLimit: it reads capped bodies
     app.add_middleware(
         BodyLimit, json_limit=settings.max_json_bytes, ingest_limit=settings.max_body_bytes
     )
+    install_security(app, settings)  # outermost: every answer gets the headers
     for router in ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
     include_prime(app)  # the routes prime-runs calls (server/prime/)
+    app.include_router(api_docs.router)
     app.include_router(web_router)
+    document_errors(app)
     return app
 
 
 async def _sweep_forever(state: ServerState) -> None:
+    """Crash silent runs, forever. Every replica runs one: the sweep locks its candidate rows
+    with SKIP LOCKED and crashes each by a compare-and-set, so two sweeps never crash a run
+    twice (store/runs.crash_stale)."""
     interval = min(_MAX_SWEEP_SECONDS, max(0.05, state.settings.heartbeat_timeout / 4))
     while True:
         await asyncio.sleep(interval)
         try:
             crashed = await state.store.sweep()
-        except Exception:  # a busy database: try again at the next tick
+        except ApiError as exc:  # the database is busy or unreachable: the next tick retries
+            logger.warning("openruns: crash sweep skipped: %s", exc.message)
+            continue
+        except Exception:
             logger.warning("openruns: the crash sweep failed; retrying", exc_info=True)
             continue
         if crashed:

@@ -1,13 +1,17 @@
 """
-Who is calling: API keys, per-run tokens, and what each may see.
+Who is calling: API keys, per-run tokens, dashboard sessions, and what each may see.
 
 - An API key (`ork_...`, `openruns keys create --team T`) acts for its team: it sees and writes
-  that team's runs, and creates runs in it. Another team's run answers 404, never 403, so ids
-  do not leak.
+  that team's runs, and creates runs in it. Another team's run answers 404, never 403, and run
+  ids are per team, so nothing says whether another team uses an id.
 - A per-run token (`orr_<hmac>_<run id>`) is minted at run creation for its creator: it reads
   and writes that one run only (other runs: 404 to read, 403 to write; it cannot create runs).
-  It is HMAC-SHA256 of the run id under the server secret, so any replica can check it without
-  a lookup.
+  The HMAC-SHA256 under the server secret covers the run's team and id; the runs carrying that
+  id (usually one) are looked up to find the team it was minted for. A token minted before
+  ids were per team (an HMAC of the id alone) still reaches the run it was minted for: the
+  first run with that id, since every later one was made after ids became per team.
+- A dashboard session (the `openruns_session` cookie, opened by signing in with an API key)
+  acts as that key; see routes/session.py. Only the SHA-256 of its token is stored.
 - With auth off (loopback, or --insecure) every request may do everything; the server is then
   a single-user tracker and team ids are only labels.
 """
@@ -24,25 +28,30 @@ from .store.keys import KEY_PREFIX
 
 __all__ = [
     "RUN_TOKEN_PREFIX",
+    "SESSION_COOKIE",
     "Principal",
     "check_run",
+    "hash_session_token",
     "principal_for",
+    "principal_for_session",
     "run_token",
-    "run_token_id",
 ]
 
 RUN_TOKEN_PREFIX = "orr_"
+SESSION_COOKIE = "openruns_session"
 _MAC_CHARS = 64
 
 
 @dataclass(frozen=True)
 class Principal:
     """The caller. team_id None: every team; run_id set: that run only; bucket: rate limit key
-    (None: not limited)."""
+    (None: not limited); via_session: authenticated by the dashboard's cookie (so a
+    state-changing request must come from the dashboard's own origin)."""
 
     team_id: str | None
     run_id: str | None
     bucket: str | None
+    via_session: bool = False
 
     @property
     def can_create(self) -> bool:
@@ -52,19 +61,20 @@ class Principal:
 ANONYMOUS = Principal(team_id=None, run_id=None, bucket=None)
 
 
-def run_token(secret: bytes, run_id: str) -> str:
-    mac = hmac.new(secret, run_id.encode(), hashlib.sha256).hexdigest()
-    return f"{RUN_TOKEN_PREFIX}{mac}_{run_id}"
+def run_token(secret: bytes, team_id: str, run_id: str) -> str:
+    return f"{RUN_TOKEN_PREFIX}{_mac(secret, _token_message(team_id, run_id))}_{run_id}"
 
 
-def run_token_id(secret: bytes, token: str) -> str | None:
-    """The run a token is valid for, or None when it is not a valid run token."""
-    body = token[len(RUN_TOKEN_PREFIX) :]
-    mac, sep, run_id = body[:_MAC_CHARS], body[_MAC_CHARS : _MAC_CHARS + 1], body[_MAC_CHARS + 1 :]
-    if sep != "_" or not run_id:
-        return None
-    expected = hmac.new(secret, run_id.encode(), hashlib.sha256).hexdigest()
-    return run_id if hmac.compare_digest(mac.encode(), expected.encode()) else None
+def _token_message(team_id: str, run_id: str) -> str:
+    return team_id + "\x00" + run_id
+
+
+def _mac(secret: bytes, message: str) -> str:
+    return hmac.new(secret, message.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
+def hash_session_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 async def principal_for(token: str | None, secret: bytes, store: Any) -> Principal:
@@ -72,13 +82,11 @@ async def principal_for(token: str | None, secret: bytes, store: Any) -> Princip
     if not token:
         raise unauthorized(
             "this server requires authentication: send `Authorization: Bearer <API key>` "
-            "(an admin creates keys with `openruns keys create --team TEAM`)"
+            "(an admin creates keys with `openruns keys create --team TEAM`), or sign in to "
+            "the dashboard at /signin"
         )
     if token.startswith(RUN_TOKEN_PREFIX):
-        run_id = run_token_id(secret, token)
-        if run_id is None:
-            raise unauthorized("the run token is not valid on this server")
-        return Principal(team_id=None, run_id=run_id, bucket=f"run:{run_id}")
+        return await _run_token_principal(token, secret, store)
     if token.startswith(KEY_PREFIX):
         found = await store.team_of_key(token)
         if found is None:
@@ -86,6 +94,32 @@ async def principal_for(token: str | None, secret: bytes, store: Any) -> Princip
         key_id, team_id = found
         return Principal(team_id=team_id, run_id=None, bucket=f"key:{key_id}")
     raise unauthorized("the bearer token is neither an API key (ork_...) nor a run token (orr_...)")
+
+
+async def _run_token_principal(token: str, secret: bytes, store: Any) -> Principal:
+    body = token[len(RUN_TOKEN_PREFIX) :]
+    mac, sep, run_id = body[:_MAC_CHARS], body[_MAC_CHARS : _MAC_CHARS + 1], body[_MAC_CHARS + 1 :]
+    if sep == "_" and run_id and len(run_id) <= 256:
+        candidates = await store.run_teams(run_id)
+        for seq, team_id in candidates:
+            if hmac.compare_digest(
+                mac.encode(), _mac(secret, _token_message(team_id, run_id)).encode()
+            ):
+                return Principal(team_id=team_id, run_id=run_id, bucket=f"run:{seq}")
+        if candidates and hmac.compare_digest(mac.encode(), _mac(secret, run_id).encode()):
+            seq, team_id = candidates[0]  # a token minted before ids were per team
+            return Principal(team_id=team_id, run_id=run_id, bucket=f"run:{seq}")
+    raise unauthorized("the run token is not valid on this server")
+
+
+async def principal_for_session(cookie: str, store: Any) -> Principal:
+    """The caller a session cookie stands for; 401 when it has expired, was signed out, or its
+    key was revoked."""
+    found = await store.session_caller(hash_session_token(cookie))
+    if found is None:
+        raise unauthorized("the dashboard session has ended (expired or signed out): sign in again")
+    key_id, team_id = found
+    return Principal(team_id=team_id, run_id=None, bucket=f"key:{key_id}", via_session=True)
 
 
 def check_run(principal: Principal, run: dict[str, Any] | None, run_id: str, write: bool) -> None:

@@ -1,5 +1,11 @@
 """
-`openruns server`: start the tracking server.
+`openruns server`: start the tracking server. `openruns server check`: compare the blob store
+with the database (check.py).
+
+The flags are generated from ServerSettings' declaration (config.py), so a new setting is a
+flag, a variable and a config key at once. A flag left out is None here, so that
+ServerSettings.resolve falls back to OPENRUNS_*, the config file, then the default. `check`
+takes the stores' settings the same way (and only those).
 
 Cheap to import (the `openruns` command imports it to build its parser): FastAPI, SQLAlchemy
 and uvicorn are imported in `run`.
@@ -11,150 +17,98 @@ import argparse
 import sys
 from pathlib import Path
 
-from .config import DEFAULT_PORT, ServerConfigError, ServerSettings
+from .config import ServerConfigError, ServerSettings, setting_specs
 
 __all__ = ["add_arguments", "run"]
 
-MiB = 1024 * 1024
-_DEFAULTS = ServerSettings(data_dir=Path("."))
+# The settings `openruns server check` needs: where the stores are.
+_STORE_SETTINGS = ("data_dir", "database_url", "blobs", "s3_endpoint_url")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Start the openruns server: the API under /api/v1 (docs at /api/v1/docs) and the "
-        "dashboard at /. Everything is kept in one data directory: openruns.db (SQLite, WAL "
-        "mode) and blobs/. Auth is off when listening on a loopback address; any other "
-        "address needs --auth (API keys) or --insecure."
+        "dashboard at /. By default everything is kept in one data directory: openruns.db "
+        "(SQLite, WAL mode) and blobs/; at scale, --db postgresql://... and --blobs "
+        "s3://BUCKET/PREFIX let several replicas share one deployment. Auth is off when "
+        "listening on a loopback address; any other address needs --auth (API keys) or "
+        "--insecure. Every flag is also the variable OPENRUNS_<NAME> and the key <name> of the "
+        "config file; a flag wins over the variable, the variable over the file. `openruns "
+        "server check` lists damaged or unreferenced blobs."
     )
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default %(default)s)"
+    _add_settings(parser, [spec.name for spec in setting_specs()], default=None)
+    sub = parser.add_subparsers(dest="server_action", metavar="{check}")
+    check = sub.add_parser(
+        "check",
+        help="list damaged or unreferenced blobs; remove the unreferenced",
+        description="Compare the blob store with the database: list blobs the database "
+        "references that are missing, of the wrong size or (--verify) damaged, and blobs no "
+        "row references (older than --min-age-hours). Safe while the server runs. Exit status "
+        "1 when something is damaged or unreferenced blobs are left.",
     )
-    parser.add_argument(
-        "-p",
-        "--port",
-        type=int,
-        default=DEFAULT_PORT,
-        help="port (default %(default)s; 0 picks a free one)",
+    # SUPPRESS: a flag given before `check` (openruns server --db URL check) is kept.
+    _add_settings(check, list(_STORE_SETTINGS), default=argparse.SUPPRESS)
+    check.add_argument(
+        "--verify",
+        action="store_true",
+        help="also decompress every episode segment and check its frames' checksums "
+        "(reads every blob)",
     )
+    check.add_argument(
+        "--remove-unreferenced",
+        action="store_true",
+        help="delete the unreferenced blobs found",
+    )
+    check.add_argument(
+        "--min-age-hours",
+        type=float,
+        default=24.0,
+        metavar="H",
+        help="only blobs older than this are judged: an upload in progress writes its blob "
+        "before the row that references it (default: 24)",
+    )
+
+
+def _add_settings(parser: argparse.ArgumentParser, names: list[str], default: object) -> None:
+    """A flag per setting in `names` (generated from ServerSettings), and --config."""
     parser.add_argument(
-        "--data-dir",
+        "--config",
         type=Path,
-        default=None,
-        help="data directory (default $OPENRUNS_DATA_DIR, else $XDG_DATA_HOME/openruns, "
-        "i.e. ~/.local/share/openruns)",
+        default=default,
+        metavar="FILE",
+        help="the server's config file, TOML (default $OPENRUNS_SERVER_CONFIG, else "
+        "$XDG_CONFIG_HOME/openruns/server.toml)",
     )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--auth",
-        action="store_true",
-        default=None,
-        help="require an API key on every request (create keys with `openruns keys create`)",
-    )
-    mode.add_argument(
-        "--insecure",
-        action="store_true",
-        help="accept unauthenticated requests on a non-loopback address",
-    )
-    parser.add_argument(
-        "--public-url",
-        default=None,
-        help=(
-            "the URL users reach the server at, for absolute run links "
-            "(e.g. https://runs.example.com; default: relative links)"
-        ),
-    )
-    parser.add_argument(
-        "--heartbeat-timeout",
-        type=float,
-        default=_DEFAULTS.heartbeat_timeout,
-        metavar="S",
-        help="a running run silent this long is marked crashed (default %(default)g s)",
-    )
-    parser.add_argument(
-        "--finish-grace",
-        type=float,
-        default=_DEFAULTS.finish_grace,
-        metavar="S",
-        help="uploads to a finished run are accepted this long after it finished "
-        "(default %(default)g s)",
-    )
-    parser.add_argument(
-        "--rate-limit",
-        type=float,
-        default=_DEFAULTS.rate_limit,
-        metavar="N",
-        help="requests per second per API key or run token; 0: unlimited (default %(default)g)",
-    )
-    parser.add_argument(
-        "--rate-burst",
-        type=int,
-        default=_DEFAULTS.rate_burst,
-        metavar="N",
-        help="burst size of the rate limit (default %(default)s)",
-    )
-    parser.add_argument(
-        "--max-body-mib",
-        type=int,
-        default=_DEFAULTS.max_body_bytes // MiB,
-        metavar="MIB",
-        help="largest upload body, as sent (default %(default)s MiB)",
-    )
-    parser.add_argument(
-        "--max-decompressed-mib",
-        type=int,
-        default=_DEFAULTS.max_decompressed_bytes // MiB,
-        metavar="MIB",
-        help="largest upload body once decompressed (default %(default)s MiB)",
-    )
-    parser.add_argument(
-        "--max-ingest-requests",
-        type=int,
-        default=_DEFAULTS.max_ingest_requests,
-        metavar="N",
-        help="uploads processed at once; more get 503 + Retry-After (default %(default)s)",
-    )
-    parser.add_argument(
-        "--max-ingest-mib",
-        type=int,
-        default=_DEFAULTS.max_ingest_bytes // MiB,
-        metavar="MIB",
-        help="upload bytes in flight at once; more get 503 + Retry-After (default %(default)s MiB)",
-    )
-    parser.add_argument(
-        "--prime-training-teams",
-        type=_team_list,
-        default=None,
-        metavar="TEAM,...",
-        help="teams that may create external training runs through the Prime wire "
-        "(prime-runs kind='train'); others get 403 with the reason (default: every team)",
-    )
-
-
-def _team_list(value: str) -> frozenset[str]:
-    return frozenset(t.strip() for t in value.split(",") if t.strip())
+    for spec in setting_specs():
+        if spec.name not in names:
+            continue
+        flags = [f"--{spec.flag_name}"] + ([spec.alias] if spec.alias else [])
+        text = f"{spec.help} (default: {spec.default_text})".replace("%", "%%")
+        if spec.kind is bool:
+            parser.add_argument(
+                *flags, dest=spec.name, action="store_true", default=default, help=text
+            )
+        else:
+            parser.add_argument(
+                *flags,
+                dest=spec.name,
+                type=str if spec.kind is frozenset else spec.kind,  # lists: parsed by resolve
+                default=default,
+                metavar=spec.metavar,
+                help=text,
+            )
 
 
 def run(args: argparse.Namespace) -> int:
-    from .config import default_data_dir
-
-    settings = ServerSettings(
-        data_dir=args.data_dir or default_data_dir(),
-        host=args.host,
-        port=args.port,
-        auth=args.auth,
-        insecure=args.insecure,
-        public_url=args.public_url,
-        heartbeat_timeout=args.heartbeat_timeout,
-        finish_grace=args.finish_grace,
-        rate_limit=args.rate_limit,
-        rate_burst=args.rate_burst,
-        max_body_bytes=args.max_body_mib * MiB,
-        max_decompressed_bytes=args.max_decompressed_mib * MiB,
-        max_ingest_requests=args.max_ingest_requests,
-        max_ingest_bytes=args.max_ingest_mib * MiB,
-        prime_training_teams=args.prime_training_teams,
-    )
+    names = [spec.name for spec in setting_specs()]
     try:
+        settings = ServerSettings.resolve(
+            {name: getattr(args, name, None) for name in names}, config_file=args.config
+        )
+        if getattr(args, "server_action", None) == "check":
+            from .check import run as run_check
+
+            return run_check(args, settings)
         settings.auth_enabled()  # an unsafe bind fails before the heavy imports
         from .serve import serve
 

@@ -1,10 +1,19 @@
 """
-Server settings: one frozen value object, built by `openruns server` from its flags or by
-tests and scripts directly. Standard library only, so `openruns --help` stays cheap.
+Server settings: one frozen value object, declared once. Standard library only, so
+`openruns --help` stays cheap.
 
-The data directory holds everything the server keeps (`openruns.db`, the SQLite file in WAL
-mode, and `blobs/`): `--data-dir`, else `$OPENRUNS_DATA_DIR`, else
-`$XDG_DATA_HOME/openruns` (`~/.local/share/openruns`).
+Each field is declared with `setting(...)`: its default, its help, and its name. The name is
+the same everywhere: the flag `--NAME`, the variable `OPENRUNS_NAME` and the key `NAME` in
+the server's config file (TOML; `--config`, else `$OPENRUNS_SERVER_CONFIG`, else
+`$XDG_CONFIG_HOME/openruns/server.toml`). `ServerSettings.resolve` layers them like the SDK's
+Settings: argument > OPENRUNS_* > config file > default; cli.py generates the flags from the
+same declaration.
+
+    settings = ServerSettings.resolve({"database_url": "postgresql://db/openruns"})
+    settings = ServerSettings(data_dir=Path("/srv/openruns"), host="0.0.0.0", auth=True)
+
+Storage: metadata in `database_url` (default SQLite at DATA_DIR/openruns.db, WAL mode; or
+postgresql://...), blobs in `blobs` (default DATA_DIR/blobs; or s3://bucket/prefix).
 """
 
 from __future__ import annotations
@@ -12,16 +21,21 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
-from collections.abc import Mapping
+import tomllib
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "DEFAULT_PORT",
     "ServerConfigError",
     "ServerSettings",
+    "config_file_path",
     "default_data_dir",
     "is_loopback",
+    "setting_specs",
 ]
 
 DEFAULT_PORT = 8765
@@ -40,6 +54,14 @@ def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "openruns"
 
 
+def config_file_path(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    if env.get("OPENRUNS_SERVER_CONFIG"):
+        return Path(env["OPENRUNS_SERVER_CONFIG"])
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "openruns" / "server.toml"
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -49,54 +71,264 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    name: str | None = None,
+    alias: str | None = None,
+    unit: int = 1,
+    unit_name: str = "",
+    metavar: str | None = None,
+    default_text: str | None = None,
+    default_factory: Callable[[], Any] | None = None,
+) -> Any:
+    """
+    A ServerSettings field. `name` (default: the field's) names the flag, the variable and the
+    config key; values given there are in units of `unit` (e.g. MiB for a byte count).
+    `default_text` describes a default that is computed rather than fixed.
+    """
+    meta = {
+        "help": help,
+        "name": name,
+        "alias": alias,
+        "unit": unit,
+        "unit_name": unit_name,
+        "metavar": metavar,
+        "default_text": default_text,
+    }
+    if default_factory is not None:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServerSettings:
     """
-    Everything the server reads. `auth=None` means: off on a loopback address, and refuse to
-    start on any other address unless `insecure=True` (explicitly no auth) or `auth=True`.
-
-        settings = ServerSettings(data_dir=Path("/srv/openruns"), host="0.0.0.0", auth=True)
+    Everything the server reads. Auth: off on a loopback address unless `auth=True`; any other
+    address needs `auth=True` (API keys) or `insecure=True` (explicitly no auth).
     """
 
-    data_dir: Path = dataclasses.field(default_factory=default_data_dir)
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
-    auth: bool | None = None
-    insecure: bool = False
-    public_url: str | None = None
-    # A running run silent this long becomes crashed (owners heartbeat every quarter of it, at
-    # most every 10 s); with the sweep every quarter, a SIGKILLed producer shows within 60 s.
-    heartbeat_timeout: float = 45.0
-    # Uploads to a finished run are still accepted this long, so the SDK's final drain lands.
-    finish_grace: float = 60.0
-    # Token bucket per API key / run token: requests per second and burst. 0 turns it off.
-    rate_limit: float = 50.0
-    rate_burst: int = 200
-    max_body_bytes: int = 512 * MiB
-    max_decompressed_bytes: int = 1024 * MiB
-    # Ingest (metrics / episodes uploads) admitted at once, by count and by body bytes.
-    max_ingest_requests: int = 32
-    max_ingest_bytes: int = 1024 * MiB
-    # Bodies of the JSON calls (create, patch, finish) are small; this caps them.
-    max_json_bytes: int = 8 * MiB
-    # Seconds a read query may run before it is interrupted (503).
-    query_timeout: float = 30.0
-    # Teams that may create external training runs through the Prime wire (server/prime/);
-    # None: every team. The platform enables them per team; a team outside gets 403.
-    prime_training_teams: frozenset[str] | None = None
+    data_dir: Path = setting(
+        default_factory=default_data_dir,
+        metavar="DIR",
+        help="where the default stores live (openruns.db and blobs/)",
+        default_text="$XDG_DATA_HOME/openruns, i.e. ~/.local/share/openruns",
+    )
+    database_url: str | None = setting(
+        None,
+        alias="--db",
+        metavar="URL",
+        help="the metadata database: sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DB",
+        default_text="SQLite at DATA_DIR/openruns.db",
+    )
+    blobs: str | None = setting(
+        None,
+        metavar="DIR|s3://BUCKET/PREFIX",
+        help="where episode segments are kept: a directory, or an S3-compatible bucket (region "
+        "and credentials from the standard AWS variables)",
+        default_text="DATA_DIR/blobs",
+    )
+    s3_endpoint_url: str | None = setting(
+        None,
+        metavar="URL",
+        help="the S3-compatible endpoint (MinIO, R2, GCS, ...)",
+        default_text="$AWS_ENDPOINT_URL, else AWS S3",
+    )
+    host: str = setting("127.0.0.1", metavar="HOST", help="address to listen on")
+    port: int = setting(DEFAULT_PORT, alias="-p", metavar="PORT", help="port; 0 picks a free one")
+    auth: bool = setting(
+        False,
+        help="require an API key on every request (create keys with `openruns keys create`); "
+        "off on a loopback address without it",
+    )
+    insecure: bool = setting(
+        False, help="accept unauthenticated requests on a non-loopback address"
+    )
+    public_url: str | None = setting(
+        None,
+        metavar="URL",
+        help="the URL users reach the server at, for absolute run links "
+        "(e.g. https://runs.example.com)",
+        default_text="relative links",
+    )
+    heartbeat_timeout: float = setting(
+        45.0,
+        metavar="S",
+        unit_name="s",
+        help="a running run silent this long becomes crashed (owners heartbeat every quarter of "
+        "it, at most every 10 s; with the sweep every quarter, a SIGKILLed producer shows within "
+        "a minute); silence counts from the server's start at the earliest",
+    )
+    finish_grace: float = setting(
+        60.0,
+        metavar="S",
+        unit_name="s",
+        help="uploads to a finished run are still accepted this long, so the SDK's final drain "
+        "lands",
+    )
+    rate_limit: float = setting(
+        50.0, metavar="N", help="requests per second per API key or run token; 0: unlimited"
+    )
+    rate_burst: int = setting(200, metavar="N", help="burst size of the rate limit")
+    max_body_bytes: int = setting(
+        512 * MiB,
+        name="max_body_mib",
+        unit=MiB,
+        unit_name="MiB",
+        metavar="MIB",
+        help="largest upload body, as sent",
+    )
+    max_decompressed_bytes: int = setting(
+        1024 * MiB,
+        name="max_decompressed_mib",
+        unit=MiB,
+        unit_name="MiB",
+        metavar="MIB",
+        help="largest upload body once decompressed",
+    )
+    max_ingest_requests: int = setting(
+        32, metavar="N", help="uploads processed at once; more get 503 + Retry-After"
+    )
+    max_ingest_bytes: int = setting(
+        1024 * MiB,
+        name="max_ingest_mib",
+        unit=MiB,
+        unit_name="MiB",
+        metavar="MIB",
+        help="upload bytes in flight at once; more get 503 + Retry-After",
+    )
+    max_json_bytes: int = setting(
+        8 * MiB,
+        name="max_json_mib",
+        unit=MiB,
+        unit_name="MiB",
+        metavar="MIB",
+        help="largest body of a JSON call (create, patch, finish)",
+    )
+    max_log_bytes: int = setting(
+        10 * MiB,
+        name="max_log_mib",
+        unit=MiB,
+        unit_name="MiB",
+        metavar="MIB",
+        help="console output kept per run: beyond it the middle is dropped (and counted), the "
+        "first and last halves kept; 0: unbounded",
+    )
+    query_timeout: float = setting(
+        30.0, metavar="S", unit_name="s", help="a read query running longer is stopped (503)"
+    )
+    db_pool_size: int = setting(
+        8,
+        metavar="N",
+        help="PostgreSQL connections of this process for writes, and as many for reads "
+        "(SQLite: always 1 writer, 4 readers)",
+    )
+    db_pool_timeout: float = setting(
+        10.0,
+        metavar="S",
+        unit_name="s",
+        help="a request waiting this long for a database connection gets 503 + Retry-After",
+    )
 
-    @property
-    def database_url(self) -> str:
-        return f"sqlite:///{self.data_dir / 'openruns.db'}"
+    session_lifetime: float = setting(
+        12 * 3600.0,
+        name="session_hours",
+        unit=3600,
+        unit_name="h",
+        metavar="H",
+        help="a dashboard sign-in lasts this long (auth on); then the browser signs in again",
+    )
+    trusted_proxies: frozenset[str] | None = setting(
+        None,
+        metavar="ADDR,...",
+        help="addresses (or CIDR ranges, or *) of reverse proxies in front of the server: their "
+        "X-Forwarded-Proto and X-Forwarded-For are believed (HTTPS session cookies are then "
+        "Secure, sign-in limits count per client)",
+        default_text="none: those headers are ignored",
+    )
 
-    @property
-    def blob_dir(self) -> Path:
-        return self.data_dir / "blobs"
+    prime_training_teams: frozenset[str] | None = setting(
+        None,
+        metavar="TEAM,...",
+        help="teams that may create external training runs through the Prime wire "
+        "(prime-runs kind='train'); others get 403 with the reason",
+        default_text="every team",
+    )
+
+    @classmethod
+    def resolve(
+        cls,
+        arguments: Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
+        config_file: Path | None = None,
+    ) -> ServerSettings:
+        """
+        Settings from `arguments` (by setting name, in its unit; None: not given), then
+        OPENRUNS_<NAME>, then the config file, then the defaults. ServerConfigError names a
+        bad value and where it came from.
+        """
+        arguments = arguments or {}
+        env = os.environ if environ is None else environ
+        path = config_file or config_file_path(env)
+        from_file = _read_config_file(path)
+        specs = setting_specs()
+        unknown = set(from_file) - {s.name for s in specs}
+        if unknown:
+            raise ServerConfigError(
+                f"config file {path}: unknown keys {sorted(unknown)}; "
+                f"known keys are {sorted(s.name for s in specs)}"
+            )
+        values: dict[str, Any] = {}
+        for spec in specs:
+            given = arguments.get(spec.name)
+            variable = f"OPENRUNS_{spec.name.upper()}"
+            if given is not None:
+                raw, source = given, f"--{spec.flag_name}"
+            elif env.get(variable, "") != "":
+                raw, source = env[variable], variable
+            elif spec.name in from_file:
+                raw, source = from_file[spec.name], f"{spec.name} in {path}"
+            else:
+                continue
+            values[spec.field] = spec.parse(raw, source)
+        values.setdefault("data_dir", default_data_dir(env))
+        if values.get("auth") and values.get("insecure"):
+            raise ServerConfigError("--auth and --insecure contradict each other: pick one")
+        return cls(**values)
+
+    def sqlalchemy_url(self) -> str:
+        """The database URL as SQLAlchemy takes it (postgresql:// speaks psycopg 3)."""
+        url = self.database_url or f"sqlite:///{self.data_dir / 'openruns.db'}"
+        scheme, sep, rest = url.partition("://")
+        if not sep:
+            raise ServerConfigError(
+                f"--database-url {url!r} is not a URL: use sqlite:///PATH or "
+                "postgresql://USER:PASSWORD@HOST:PORT/DB"
+            )
+        if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+            return f"postgresql+psycopg://{rest}"
+        if scheme == "sqlite":
+            return url
+        raise ServerConfigError(
+            f"--database-url: unsupported database {scheme!r}; use sqlite:///PATH or "
+            "postgresql://USER:PASSWORD@HOST:PORT/DB"
+        )
+
+    def blob_location(self) -> str:
+        """`s3://bucket/prefix` or a local directory path."""
+        if self.blobs:
+            return self.blobs.removeprefix("file://")
+        return str(self.data_dir / "blobs")
+
+    def uses_data_dir(self) -> bool:
+        """Whether a default store lives in data_dir (then it must be a writable directory)."""
+        return self.database_url is None or self.blobs is None
 
     def auth_enabled(self) -> bool:
         """Whether requests need a key; raises ServerConfigError for an unsafe bind."""
-        if self.auth is not None:
-            return self.auth
+        if self.auth:
+            return True
         if is_loopback(self.host) or self.insecure:
             return False
         raise ServerConfigError(
@@ -104,3 +336,115 @@ class ServerSettings:
             "API keys (create one with `openruns keys create --team TEAM`), or --insecure to "
             "accept unauthenticated requests from the network"
         )
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    """One ServerSettings field as the outside world sees it (cli.py builds flags from it)."""
+
+    field: str
+    name: str
+    kind: type
+    optional: bool
+    help: str
+    alias: str | None
+    unit: int
+    unit_name: str
+    metavar: str | None
+    default_text: str
+
+    @property
+    def flag_name(self) -> str:
+        return self.name.replace("_", "-")
+
+    def parse(self, raw: Any, source: str) -> Any:
+        """The field's value from `raw` (a string from the environment, a TOML value or a
+        parsed flag), in the setting's unit."""
+        try:
+            if self.kind is bool:
+                return _parse_bool(raw)
+            if self.kind is Path:
+                return Path(raw)
+            if self.kind is str:
+                return str(raw)
+            if self.kind is frozenset:  # "a,b" (a flag, a variable) or a TOML list
+                items = (
+                    raw if isinstance(raw, list | tuple | set | frozenset) else str(raw).split(",")
+                )
+                return frozenset(str(item).strip() for item in items if str(item).strip())
+            value = self.kind(raw) * self.unit
+            if value < 0:
+                raise ValueError("must not be negative")
+            return value
+        except (TypeError, ValueError) as exc:
+            raise ServerConfigError(
+                f"{source}: expected {_KIND_NAMES[self.kind]}, got {raw!r} ({exc})"
+            ) from exc
+
+
+_KIND_NAMES = {
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    str: "a string",
+    frozenset: "a comma-separated list",
+}
+
+
+def setting_specs() -> list[SettingSpec]:
+    hints = typing.get_type_hints(ServerSettings)
+    defaults = ServerSettings.__dataclass_fields__
+    specs = []
+    for f in dataclasses.fields(ServerSettings):
+        meta = f.metadata
+        kind = hints[f.name]
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        optional = bool(args)
+        if optional:
+            kind = args[0]
+        kind = typing.get_origin(kind) or kind  # frozenset[str] -> frozenset
+        default_text = meta["default_text"]
+        if default_text is None and kind is bool:
+            default_text = "on" if defaults[f.name].default else "off"
+        elif default_text is None:
+            value = defaults[f.name].default
+            shown = value // meta["unit"] if meta["unit"] > 1 else value
+            if isinstance(shown, float) and shown.is_integer():
+                shown = int(shown)
+            default_text = f"{shown} {meta['unit_name']}".strip()
+        specs.append(
+            SettingSpec(
+                field=f.name,
+                name=meta["name"] or f.name,
+                kind=kind,
+                optional=optional,
+                help=meta["help"],
+                alias=meta["alias"],
+                unit=meta["unit"],
+                unit_name=meta["unit_name"],
+                metavar=meta["metavar"],
+                default_text=default_text,
+            )
+        )
+    return specs
+
+
+def _parse_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("use true/false, 1/0, yes/no or on/off")
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        return {}
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ServerConfigError(f"config file {path}: {exc}") from exc

@@ -10,6 +10,8 @@ body-limit middleware raises it from `receive()`).
 
 from __future__ import annotations
 
+import errno
+
 from starlette.exceptions import HTTPException
 
 __all__ = [
@@ -17,6 +19,8 @@ __all__ = [
     "bad_request",
     "conflict",
     "forbidden",
+    "insufficient_storage",
+    "is_disk_full",
     "not_found",
     "overloaded",
     "too_large",
@@ -68,3 +72,23 @@ def too_large(code: str, message: str) -> ApiError:
 
 def overloaded(message: str, retry_after: int = 1, code: str = "overloaded") -> ApiError:
     return ApiError(503, code, message, {"Retry-After": str(retry_after)})
+
+
+# Retry-After of a full disk: space comes back when someone frees it, not in a second.
+DISK_FULL_RETRY_S = 30
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def insufficient_storage(where: str) -> ApiError:
+    """507: `where` (the database, the blob store) is out of space. Nothing of the request was
+    kept; the same request succeeds once space is freed, so clients retry it later."""
+    return ApiError(
+        507,
+        "insufficient_storage",
+        f"{where} is out of space: nothing of this request was stored; retry once space is freed",
+        {"Retry-After": str(DISK_FULL_RETRY_S)},
+    )
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _DISK_FULL_ERRNOS

@@ -1,7 +1,8 @@
 """
 Responses and error handlers: JSON bodies through orjson, and every error as
 `{"error": {"code", "message"}}`, whatever raised it (ApiError, FastAPI's request validation,
-Starlette's 404/405, or a bug: 500 `internal_error`, logged).
+Starlette's 404/405, or a bug: 500 `internal_error`, logged). A client that hangs up mid-body
+is logged as such in one line, not as an error.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from .errors import ApiError
 
-__all__ = ["JSON", "install_handlers"]
+__all__ = ["JSON", "document_errors", "error_statuses", "install_handlers"]
 
 logger = logging.getLogger("openruns.server")
 
@@ -33,6 +35,7 @@ _CODES = {
     422: "invalid_request",
     429: "rate_limited",
     503: "overloaded",
+    507: "insufficient_storage",
 }
 
 
@@ -80,6 +83,17 @@ def _location(loc: Any) -> str:
     return ".".join(str(part) for part in loc) or "request"
 
 
+async def _client_disconnected(request: Request, exc: Exception) -> Response:
+    # The client hung up while sending its body: nobody will read an answer, nothing of the
+    # request was stored, and it is not the server's fault (no traceback, no error).
+    logger.info(
+        "openruns: the client hung up during %s %s; nothing stored",
+        request.method,
+        request.url.path,
+    )
+    return error_response(400, "client_disconnected", "the client hung up before its body ended")
+
+
 async def _internal_error(request: Request, exc: Exception) -> Response:
     logger.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, "internal_error", "internal server error (logged on the server)")
@@ -89,4 +103,80 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(ClientDisconnect, _client_disconnected)
     app.add_exception_handler(Exception, _internal_error)
+
+
+# -- the errors in the OpenAPI document ----------------------------------------------------------
+
+_ERROR_SCHEMA = {
+    "title": "Error",
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string", "description": "stable, snake_case"},
+                "message": {"type": "string", "description": "what was wrong, for a human"},
+            },
+        }
+    },
+}
+_WHY = {
+    400: "bad input (the message names it), or NaN in a JSON body",
+    401: "authentication required or not valid (auth on)",
+    403: "not allowed: a run token writing another run, another team, a cross-site request",
+    404: "no such run or record (or not visible to this caller)",
+    409: "a conflict with the run's state (finished, finished otherwise, an id in use)",
+    410: "the stored segment holding the record is damaged (named)",
+    413: "the body is over its size limit",
+    415: "Content-Encoding not supported",
+    422: "a field or parameter is not valid (named)",
+    429: "rate limited: retry after Retry-After",
+    503: "overloaded, or the database or blob store is unavailable: retry after Retry-After",
+    507: "the database or blob store is out of space: nothing stored; retry after Retry-After",
+}
+# Every call may be refused before its route runs (auth, rate limit, body cap, validation) and
+# reach the database (503, 507: even reads may mark a silent run crashed); calls that send a
+# body may also conflict with the run's state or send an encoding the server does not take.
+_EVERY_CALL = (400, 401, 403, 404, 413, 422, 429, 503, 507)
+_WITH_BODY = (409, 415)
+_UNAUTHENTICATED = ("/api/v1/health",)
+
+
+def error_statuses(path: str, method: str) -> tuple[int, ...]:
+    """The error statuses an operation of the API may answer (besides its own, declared on
+    its route)."""
+    if path in _UNAUTHENTICATED:
+        return (413,)  # only the body cap applies
+    if method.upper() in ("GET", "HEAD"):
+        return _EVERY_CALL
+    return _EVERY_CALL + _WITH_BODY
+
+
+def document_errors(app: FastAPI) -> None:
+    """Make the app's OpenAPI document list, for every operation, each error status it can
+    answer (error_statuses, plus what the route declares) with the one error body, so a schema
+    fuzzer finds no status it was not told of."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()
+            schema.setdefault("components", {}).setdefault("schemas", {})["Error"] = _ERROR_SCHEMA
+            body = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+            for path, item in schema.get("paths", {}).items():
+                for method, operation in item.items():
+                    responses = operation.setdefault("responses", {})
+                    for status in error_statuses(path, method):
+                        responses.setdefault(str(status), {"description": _WHY[status]})
+                    for status, response in responses.items():
+                        if status[0] in "45":  # our error body, FastAPI's 422 included
+                            response["content"] = body
+                            response.setdefault("description", _WHY.get(int(status), "error"))
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

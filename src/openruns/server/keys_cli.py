@@ -1,5 +1,5 @@
 """
-`openruns keys`: manage API keys in a server's data directory (works while it runs).
+`openruns keys`: manage API keys in a server's database (works while it runs).
 
     openruns keys create --team research     # prints the key, once
     openruns keys list
@@ -18,8 +18,9 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Manage the API keys of a server's data directory. Keys belong to a team and see only "
-        "that team's runs; only a hash is stored, so a key is shown once, when created."
+        "Manage the API keys in a server's database (its data directory's SQLite file, or "
+        "--db / $OPENRUNS_DATABASE_URL / the server's config file). Keys belong to a team and "
+        "see only that team's runs; only a hash is stored, so a key is shown once, when created."
     )
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = sub.add_parser("create", help="create a key for a team and print it")
@@ -36,19 +37,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             help="the server's data directory (default $OPENRUNS_DATA_DIR, else "
             "$XDG_DATA_HOME/openruns, i.e. ~/.local/share/openruns)",
         )
+        command.add_argument(
+            "--database-url",
+            "--db",
+            default=None,
+            metavar="URL",
+            help="the server's database, as for `openruns server --db` (default "
+            "$OPENRUNS_DATABASE_URL, else SQLite in the data directory)",
+        )
 
 
 def run(args: argparse.Namespace) -> int:
-    from .config import ServerSettings, default_data_dir
+    from .config import ServerConfigError, ServerSettings
     from .store import Store
     from .store import keys as key_sql
+    from .store.db import describe_url
 
-    settings = ServerSettings(data_dir=args.data_dir or default_data_dir())
     try:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        store = Store.open(settings.database_url)
+        settings = ServerSettings.resolve(
+            {"data_dir": args.data_dir, "database_url": args.database_url}
+        )
+        url = settings.sqlalchemy_url()
+    except ServerConfigError as exc:
+        print(f"openruns keys: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if settings.database_url is None:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+        store = Store.open(url)
     except Exception as exc:
-        print(f"openruns keys: cannot open {settings.data_dir}: {exc}", file=sys.stderr)
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        print(f"openruns keys: cannot open {describe_url(url)}: {reason}", file=sys.stderr)
         return 1
     try:
         if args.action == "create":

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import ApiError, overloaded, too_large
 
-__all__ = ["BodyLimit", "IngestGate", "RateLimiter", "Ticket"]
+__all__ = ["SIGN_IN_BURST", "SIGN_IN_RATE", "BodyLimit", "IngestGate", "RateLimiter", "Ticket"]
 
 # Bulk uploads get the larger body cap: the native ingest routes, and the Prime wire's
 # (server/prime/: eval sample rows, Prime Traces batches, presigned Parquet PUTs).
@@ -28,14 +28,21 @@ _INGEST_PATH = re.compile(
     r"|^/api/v1/(traces|prime/objects/.+)$"
 )
 _MAX_BUCKETS = 10_000
+# Dashboard sign-ins per client address: 10 at once, then one every 6 s. An API key is 32
+# random bytes, so this is not what stops guessing; it keeps a client from turning sign-in
+# into a flood of key lookups.
+SIGN_IN_RATE = 1 / 6
+SIGN_IN_BURST = 10
 
 
 class RateLimiter:
-    """A token bucket per caller: `rate` requests per second, bursts up to `burst`."""
+    """A token bucket per caller: `rate` requests per second, bursts up to `burst`. `what`
+    names the limited requests in the 429's message."""
 
-    def __init__(self, rate: float, burst: int):
+    def __init__(self, rate: float, burst: int, what: str = "requests with this key"):
         self.rate = rate
         self.burst = max(1, burst)
+        self.what = what
         self._buckets: dict[str, tuple[float, float]] = {}  # caller -> (tokens, at)
 
     def check(self, caller: str | None) -> None:
@@ -51,7 +58,7 @@ class RateLimiter:
             raise ApiError(
                 429,
                 "rate_limited",
-                f"too many requests: this key may make {self.rate:g} per second "
+                f"too many {self.what}: at most {self.rate:.3g} per second "
                 f"(bursts of {self.burst}); retry in {wait} s",
                 {"Retry-After": str(wait)},
             )

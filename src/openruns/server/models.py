@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from ..spec import MAX_CONFIG_SOURCE_BYTES
+from ..spec import MAX_CONFIG_SOURCE_BYTES, RunStatus
+from .store.runs import RUN_ID_PATTERN
 
 __all__ = [
     "AnnotationsPage",
@@ -20,6 +21,8 @@ __all__ = [
     "EpisodesPage",
     "EpisodesReceipt",
     "Health",
+    "LogsPage",
+    "LogsReceipt",
     "MetricKey",
     "MetricSeries",
     "MetricsReceipt",
@@ -33,16 +36,17 @@ __all__ = [
     "StepRow",
 ]
 
-RUN_ID_PATTERN = r"^[0-9A-Za-z_.-]{1,64}$"
 MAX_INT = 2**63 - 1
 
-RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 ShortText = Annotated[str, StringConstraints(max_length=1024)]
 LongText = Annotated[str, StringConstraints(max_length=100_000)]
 TeamId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 GroupName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-Status = Literal["running", "completed", "failed", "cancelled", "crashed"]
+# The run statuses come from spec.RunStatus, the one vocabulary; Literal of their values keeps
+# the OpenAPI enum and the validation messages plain strings.
+Status = Literal[tuple(s.value for s in RunStatus)]  # type: ignore[valid-type]
+Terminal = Literal[tuple(s.value for s in RunStatus if s.is_terminal())]  # type: ignore[valid-type]
 # Clocks differ between machines; a time this far ahead of the server's is still accepted.
 CLOCK_SKEW = 300.0
 
@@ -56,7 +60,6 @@ def _not_in_the_future(value: float) -> float:
 # A time of the run's own (epoch seconds), given by `openruns sync` for a run that happened
 # before it was uploaded; it can only move that run's own times, never past the present.
 PastTime = Annotated[float, Field(ge=0), AfterValidator(_not_in_the_future)]
-Terminal = Literal["completed", "failed", "cancelled", "crashed"]
 Count = Annotated[int, Field(ge=0, le=MAX_INT)]
 
 
@@ -80,7 +83,12 @@ class Losses(BaseModel):
 
 
 class RunCreate(_Body):
-    id: RunId | None = Field(None, description="client-chosen id; a repeat returns that run")
+    # Checked by the route (400 naming the rule, store.runs.check_run_id), not by the model.
+    id: str | None = Field(
+        None,
+        description="client-chosen id, unique within the team; a repeat returns that run",
+        json_schema_extra={"pattern": RUN_ID_PATTERN},
+    )
     kind: Literal["eval", "train"]
     name: ShortText | None = None
     model: ShortText | None = None
@@ -265,6 +273,33 @@ class AnnotationsReceipt(BaseModel):
 class AnnotationsPage(BaseModel):
     items: list[dict[str, Any]]
     next_cursor: str | None
+
+
+class LogsReceipt(BaseModel):
+    status: Literal["committed"]
+    lines: int
+    receipt: str
+
+
+class LogLine(BaseModel):
+    offset: int  # bytes of the run's output before this line: the keyset of pages
+    ts: float
+    stream: str
+    source: str
+    line: str
+
+
+class LogTotals(BaseModel):
+    lines: int  # received
+    bytes: int
+    dropped_lines: int  # dropped from the middle to keep the run within the server's bound
+    dropped_bytes: int
+    gap_offset: int | None  # where the dropped lines were
+
+
+class LogsPage(BaseModel):
+    items: list[LogLine]
+    totals: LogTotals
 
 
 class EpisodesPage(BaseModel):

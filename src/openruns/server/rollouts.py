@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 import zstandard
 
+from .segment_reads import DamagedSegment, read_frames
 from .store.blobs import BlobStore
 
 __all__ = [
@@ -307,7 +308,8 @@ class Location:
 
 def load_records(blobs: BlobStore, locations: Iterable[Location]) -> list[bytes]:
     """The records' JSON, in the order given; each frame is read and decompressed once, and
-    one decompressed frame is held at a time. Blocking: call from a worker thread."""
+    one decompressed frame is held at a time; a record of a damaged segment is b"" (it parses
+    as None: no preview, no text). Blocking: call from a worker thread."""
     wanted = list(locations)
     out = [b""] * len(wanted)
     decompressor = zstandard.ZstdDecompressor()
@@ -316,8 +318,11 @@ def load_records(blobs: BlobStore, locations: Iterable[Location]) -> list[bytes]
         loc = wanted[i]
         key = (loc.blob_key, loc.frame_offset)
         if held is None or held[0] != key:
-            raw = blobs.get_range(loc.blob_key, loc.frame_offset, loc.frame_length)
-            held = (key, decompressor.decompress(raw))
+            try:
+                raw = read_frames(blobs, loc.blob_key, loc.frame_offset, loc.frame_length)
+                held = (key, decompressor.decompress(raw))
+            except (DamagedSegment, zstandard.ZstdError):
+                held = (key, b"")  # a damaged segment: its records read as empty, left out
         out[i] = held[1][loc.offset : loc.offset + loc.length]
     return out
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from .errors import ApiError
 from .rollouts import Location, load_records, parse, record_text
 from .state import ServerState
 from .store.search import Document
@@ -47,7 +48,11 @@ async def follow(state: ServerState) -> None:
         started = time.monotonic()
         try:
             indexed = await index_round(state)
-        except Exception:  # a busy database, a blob that cannot be read: try again later
+        except ApiError as exc:  # a busy, unreachable or full database: its message says which
+            logger.warning("openruns: the search indexer paused: %s", exc.message)
+            await asyncio.sleep(ERROR_SECONDS)
+            continue
+        except Exception:  # a blob that cannot be read: try again later
             logger.warning("openruns: the search indexer failed; retrying", exc_info=True)
             await asyncio.sleep(ERROR_SECONDS)
             continue

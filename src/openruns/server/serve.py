@@ -5,8 +5,9 @@ Running the server: in the foreground (`openruns server`) or on a thread (tests,
     httpx.get(handle.url + "/api/v1/health")
     handle.stop()
 
-The socket is bound and the store opened before uvicorn starts, so a port in use, a bad data
-directory or an unsafe bind fail at once with one clear error instead of inside uvicorn.
+The socket is bound and the stores opened before uvicorn starts, so a port in use, a bad data
+directory, an unreachable database or bucket or an unsafe bind fail at once with one clear
+error instead of inside uvicorn.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import uvicorn
 from .app import create_app
 from .config import ServerConfigError, ServerSettings
 from .state import ServerState
+from .store.db import describe_url
 
 __all__ = ["ServerHandle", "bind", "serve", "serve_in_thread", "start", "url_of"]
 
@@ -54,6 +56,9 @@ def _server(app: Any, log_level: str) -> uvicorn.Server:
         lifespan="on",
         log_level=log_level,
         access_log=False,
+        # X-Forwarded-* are believed only from --trusted-proxies (security.install_security);
+        # uvicorn's own default would believe them from any loopback client.
+        proxy_headers=False,
         timeout_graceful_shutdown=5,
     )
     return uvicorn.Server(config)
@@ -70,12 +75,9 @@ def start(settings: ServerSettings) -> tuple[socket.socket, ServerState]:
         ) from exc
     try:
         state = ServerState.open(settings)
-    except Exception as exc:
+    except BaseException:
         sock.close()
-        reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
-        raise ServerConfigError(
-            f"cannot open the data directory {settings.data_dir}: {reason}"
-        ) from exc
+        raise
     return sock, state
 
 
@@ -85,7 +87,9 @@ def serve(settings: ServerSettings) -> None:
     server = _server(create_app(settings, state), log_level="warning")
     auth = "API keys required" if state.auth_enabled else "auth off"
     print(f"openruns server listening on {url_of(sock)}", flush=True)
-    print(f"data directory {settings.data_dir} ({auth}); API docs at /api/v1/docs", flush=True)
+    database = describe_url(settings.database_url or state.store.db.url)
+    where = f"metadata in {database}, blobs in {state.blobs.describe()}"
+    print(f"{where} ({auth}); API docs at /api/v1/docs", flush=True)
     server.run(sockets=[sock])
 
 
@@ -111,15 +115,20 @@ class ServerHandle:
 
 
 def serve_in_thread(
-    data_dir: str | Path,
+    data_dir: str | Path | None = None,
     host: str = "127.0.0.1",
     port: int = 0,
     startup_timeout: float = 30.0,
     **settings: Any,
 ) -> ServerHandle:
     """Start a server on a daemon thread; returns once it accepts requests. `settings` are
-    further ServerSettings fields (auth, heartbeat_timeout, ...)."""
-    config = ServerSettings(data_dir=Path(data_dir), host=host, port=port, **settings)
+    further ServerSettings fields (auth, heartbeat_timeout, database_url, blobs, ...); without
+    `data_dir`, both `database_url` and `blobs` must be given."""
+    if data_dir is not None:
+        settings["data_dir"] = Path(data_dir)
+    elif not (settings.get("database_url") and settings.get("blobs")):
+        raise ValueError("serve_in_thread needs data_dir, or both database_url and blobs")
+    config = ServerSettings(host=host, port=port, **settings)
     sock, state = start(config)
     server = _server(create_app(config, state), log_level="warning")
     thread = threading.Thread(

@@ -1,19 +1,23 @@
 """
 What a running server holds: its settings, the store, the blob store and the limiters. One per
 app, on `app.state.server`; handlers reach it through `server_state(request)`.
+
+Nothing here is shared between replicas but the database and the blob store, so any number of
+processes can serve one deployment. (Rate limits and the ingest gate count per process.)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
-from .config import ServerSettings
-from .limits import IngestGate, RateLimiter
-from .store import BlobStore, LocalBlobStore, Store
+from .config import ServerConfigError, ServerSettings
+from .limits import SIGN_IN_BURST, SIGN_IN_RATE, IngestGate, RateLimiter
+from .store import BlobStore, Store, open_blobs
+from .store.db import describe_url
 
-__all__ = ["ServerState", "server_state"]
+__all__ = ["ServerState", "open_stores", "server_state"]
 
 
 @dataclass
@@ -24,18 +28,18 @@ class ServerState:
     blobs: BlobStore
     limiter: RateLimiter
     gate: IngestGate
+    sign_in_limiter: RateLimiter = field(
+        default_factory=lambda: RateLimiter(
+            SIGN_IN_RATE, SIGN_IN_BURST, what="sign-in attempts from this address"
+        )
+    )
 
     @classmethod
     def open(cls, settings: ServerSettings) -> ServerState:
-        """Check the settings, open (and migrate) the store; errors say what to fix."""
+        """Check the settings, open (and migrate) the store, reach the blob store.
+        ServerConfigError says, in one line, which of them failed and why."""
         auth_enabled = settings.auth_enabled()
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        blobs = LocalBlobStore(settings.blob_dir)
-        store = Store.open(
-            settings.database_url,
-            heartbeat_timeout=settings.heartbeat_timeout,
-            query_timeout=settings.query_timeout,
-        )
+        store, blobs = open_stores(settings)
         return cls(
             settings=settings,
             auth_enabled=auth_enabled,
@@ -53,5 +57,54 @@ class ServerState:
         return self.settings.public_url.rstrip("/") + path if self.settings.public_url else path
 
 
+def open_stores(settings: ServerSettings) -> tuple[Store, BlobStore]:
+    """The database (migrated) and the blob store of `settings`; ServerConfigError says, in
+    one line, which of them cannot be used and why."""
+    url = settings.sqlalchemy_url()
+    if settings.uses_data_dir():
+        try:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ServerConfigError(
+                f"cannot open the data directory {settings.data_dir}: {_reason(exc)}"
+            ) from exc
+    try:
+        blobs = open_blobs(settings.blob_location(), settings.s3_endpoint_url)
+    except ImportError as exc:
+        raise _missing_extra(exc, "s3") from exc
+    except (OSError, ValueError) as exc:
+        raise ServerConfigError(
+            f"cannot use the blob store {settings.blob_location()}: {_reason(exc)}"
+        ) from exc
+    try:
+        store = Store.open(
+            url,
+            heartbeat_timeout=settings.heartbeat_timeout,
+            query_timeout=settings.query_timeout,
+            pool_size=settings.db_pool_size,
+            pool_timeout=settings.db_pool_timeout,
+        )
+    except ImportError as exc:
+        raise _missing_extra(exc, "postgres") from exc
+    except Exception as exc:
+        raise ServerConfigError(
+            f"cannot open the database {describe_url(settings.database_url or url)}: {_reason(exc)}"
+        ) from exc
+    return store, blobs
+
+
 def server_state(request: Request) -> ServerState:
     return request.app.state.server
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of what went wrong, without SQLAlchemy's wrapping."""
+    inner = getattr(exc, "orig", None) or exc
+    text = getattr(inner, "strerror", None) or str(inner).strip() or type(inner).__name__
+    return text.splitlines()[0]
+
+
+def _missing_extra(exc: ImportError, extra: str) -> ServerConfigError:
+    return ServerConfigError(
+        f"{exc.name or 'a driver'} is not installed: pip install 'openruns[server,{extra}]'"
+    )

@@ -79,7 +79,7 @@ async def prime_run(
     """The run a Prime call names; 404 when this caller cannot see it (as the native API)."""
     if not run_id or len(run_id) > 256:
         raise bad_request("invalid_run_id", "run_id must be a run id of this server")
-    run = await state.store.get_run(run_id)
+    run = await state.store.get_run(run_id, caller.team_id)
     check_run(caller, run, run_id, write=write)
     assert run is not None
     return run

@@ -132,7 +132,7 @@ async def update_evaluation(
             )
         run = await state.store.prime_close_run(run, status, error, None, repeat_ok=False)
     else:
-        run = await state.store.get_run(run["id"]) or run
+        run = await state.store.get_run(run["id"], run["team_id"]) or run
     return JSON({"evaluation_id": run["id"], "status": run["status"].upper()})
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
+import zstandard
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
@@ -15,7 +16,8 @@ from starlette.responses import Response, StreamingResponse
 from ..errors import not_found
 from ..handlers import JSON
 from ..routes.deps import Caller, State, readable_run
-from ..segments import iter_segment
+from ..routes.export import ExportReport, ndjson_to_the_end
+from ..segment_reads import DamagedSegment, iter_lines
 from ..state import ServerState
 from ..store.metrics import MAX_STEP
 
@@ -31,15 +33,35 @@ router = APIRouter(tags=["prime: sample tables"])
 async def eval_samples(run_id: str, state: State, caller: Caller) -> StreamingResponse:
     """Every eval sample row pushed to the run, as sent, in the order they arrived."""
     run = await readable_run(state, caller, run_id)
-    keys = [o["blob_key"] for o in await state.store.prime_objects(run["seq"], "eval_samples")]
-    return StreamingResponse(_rows(state, keys), media_type="application/x-ndjson")
+    objects = await state.store.prime_objects(run["seq"], "eval_samples")
+    report = ExportReport(run["id"])
+    body = ndjson_to_the_end(b"", _rows(state, objects, report), report)
+    return StreamingResponse(body, media_type="application/x-ndjson")
 
 
-async def _rows(state: ServerState, keys: list[str]) -> AsyncIterator[bytes]:
-    for key in keys:
-        blob = await run_in_threadpool(state.blobs.get, key)
-        pieces = iter_segment(blob)
-        while piece := await run_in_threadpool(next, pieces, b""):
+async def _rows(
+    state: ServerState, objects: list[dict], report: ExportReport
+) -> AsyncIterator[bytes]:
+    """The rows of each object; one that cannot be read is skipped and reported (as exports
+    do: routes/export.py), never cut mid-row."""
+    for obj in objects:
+        key = obj["blob_key"]
+        try:
+            blob = await run_in_threadpool(state.blobs.get, key)
+        except FileNotFoundError:
+            report.skip(key, obj["rows"], "the blob is missing")
+            continue
+        pieces = iter_lines(blob)
+        sent = 0
+        while True:
+            try:
+                piece = await run_in_threadpool(next, pieces, b"")
+            except zstandard.ZstdError as exc:
+                report.skip(key, max(0, obj["rows"] - sent), f"damaged: {exc}")
+                break
+            if not piece:
+                break
+            sent += piece.count(b"\n")
             yield piece
 
 
@@ -64,7 +86,10 @@ async def train_samples(
 
 @router.get(
     "/runs/{run_id}/prime/train-samples/{object_id}",
-    responses={200: {"content": {"application/vnd.apache.parquet": {}}}},
+    responses={
+        200: {"content": {"application/vnd.apache.parquet": {}}},
+        410: {"description": "the stored object is damaged (named)"},
+    },
 )
 async def train_samples_object(
     run_id: str, object_id: int, state: State, caller: Caller
@@ -75,5 +100,11 @@ async def train_samples_object(
     found = [o for o in objects if o["id"] == object_id]
     if not found:
         raise not_found(f"run {run_id!r} has no training-samples object {object_id}")
-    data = await run_in_threadpool(state.blobs.get, found[0]["blob_key"])
+    key = found[0]["blob_key"]
+    try:
+        data = await run_in_threadpool(state.blobs.get, key)
+    except FileNotFoundError as exc:
+        raise DamagedSegment(key, "the blob is missing") from exc
+    if len(data) != found[0]["bytes"]:
+        raise DamagedSegment(key, f"{len(data)} bytes where {found[0]['bytes']} were written")
     return Response(data, media_type="application/vnd.apache.parquet")

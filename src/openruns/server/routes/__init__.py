@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import episodes, export, health, metrics, rollouts, runs
+from . import episodes, export, health, logs, metrics, rollouts, runs, session
 
 # Not `from . import annotations`: that name is the __future__ feature imported above.
 from .annotations import router as annotations_router
@@ -11,10 +11,12 @@ __all__ = ["ROUTERS"]
 
 ROUTERS = (
     health.router,
+    session.router,
     runs.router,
     metrics.router,
     episodes.router,
     annotations_router,
     export.router,
     rollouts.router,
+    logs.router,
 )

@@ -1,6 +1,8 @@
 """
 What every route needs: the caller (authenticated and rate-limited), the run it names (checked
-against the caller), opaque cursors, and the public form of a run.
+against the caller), opaque cursors, and the public form of a run. The caller is a bearer token
+(an API key or a run token), else the dashboard's session cookie, whose state-changing requests
+must come from this origin (security.check_same_origin).
 """
 
 from __future__ import annotations
@@ -13,8 +15,16 @@ import orjson
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..auth import ANONYMOUS, Principal, check_run, principal_for
+from ..auth import (
+    ANONYMOUS,
+    SESSION_COOKIE,
+    Principal,
+    check_run,
+    principal_for,
+    principal_for_session,
+)
 from ..errors import bad_request
+from ..security import check_same_origin
 from ..state import ServerState, server_state
 
 __all__ = [
@@ -39,8 +49,13 @@ async def _caller(
     state = server_state(request)
     if not state.auth_enabled:
         return ANONYMOUS
-    token = credentials.credentials if credentials else None
-    principal = await principal_for(token, state.store.secret, state.store)
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if credentials is None and cookie:
+        principal = await principal_for_session(cookie, state.store)
+        check_same_origin(request, state.settings)
+    else:
+        token = credentials.credentials if credentials else None
+        principal = await principal_for(token, state.store.secret, state.store)
     state.limiter.check(principal.bucket)
     return principal
 
@@ -50,14 +65,14 @@ State = Annotated[ServerState, Depends(server_state)]
 
 
 async def readable_run(state: ServerState, caller: Principal, run_id: str) -> dict[str, Any]:
-    run = await state.store.get_run(run_id)
+    run = await state.store.get_run(run_id, caller.team_id)
     check_run(caller, run, run_id, write=False)
     assert run is not None
     return run
 
 
 async def writable_run(state: ServerState, caller: Principal, run_id: str) -> dict[str, Any]:
-    run = await state.store.get_run(run_id)
+    run = await state.store.get_run(run_id, caller.team_id)
     check_run(caller, run, run_id, write=True)
     assert run is not None
     return run

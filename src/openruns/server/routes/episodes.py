@@ -13,7 +13,7 @@ from ..errors import not_found
 from ..handlers import JSON
 from ..ingest import upload_episodes
 from ..models import EpisodesPage, EpisodesReceipt, StepRow
-from ..segments import read_record
+from ..segment_reads import read_record as read_stored_record
 from ..store.metrics import MAX_STEP
 from .deps import Caller, State, decode_cursor, encode_cursor, readable_run, writable_run
 from .metrics import NDJSON_BODY, UploadKey
@@ -120,7 +120,10 @@ async def list_episodes(
 
 @router.get(
     "/runs/{run_id}/episodes/{episode_id:path}",
-    responses={200: {"content": {"application/json": {}}, "description": "the stored record"}},
+    responses={
+        200: {"content": {"application/json": {}}, "description": "the stored record"},
+        410: {"description": "the segment holding the record is damaged (named)"},
+    },
 )
 async def get_episode(
     run_id: str,
@@ -138,10 +141,7 @@ async def get_episode(
     where = await state.store.locate_episode(run["seq"], episode_id)
     if where is None:
         raise not_found(f"run {run_id!r} has no episode or trace {episode_id!r}")
-    frame = await run_in_threadpool(
-        state.blobs.get_range, where["blob_key"], where["frame_offset"], where["frame_length"]
-    )
-    record = await run_in_threadpool(read_record, frame, where["offset"], where["length"])
+    record = await run_in_threadpool(read_stored_record, state.blobs, where)
     if annotations:
         rows = await state.store.annotations_of(run["seq"], episode_id)
         if rows:

@@ -9,28 +9,42 @@ Exports, streamed page by page so memory stays flat whatever the run's size:
 - episodes.parquet: the index columns (with `trained_step`) plus `record`, the record's JSON
   text.
 - annotations.ndjson: every annotation as sent, with its producer and time, in stored order.
+
+An export is never cut mid-stream. An error before its first byte (the run, the database) is
+an ordinary error answer. After that, what cannot be read is skipped and counted: a segment
+that is missing, truncated or damaged (each frame is checked before any of its records is
+sent, so no partial record goes out), or the rest of the export when the database stops
+answering. Such an export ends with what it left out: NDJSON with one last line
+`{"_openruns_export": {"complete": false, "skipped_records": N, "damaged": [{"segment",
+"records", "reason"}], "stopped": reason | null}}`, Parquet with the same as the file's
+key-value metadata (`openruns.export`). A complete export has neither.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import orjson
+import zstandard
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 
 from ..annotations import public
-from ..segments import iter_segment, read_record
+from ..errors import ApiError
+from ..segment_reads import DamagedSegment, iter_lines, read_record
 from ..state import ServerState
 from ..store.episodes import INDEX_COLUMNS
 from ..store.metrics import is_kind
 from .deps import Caller, State, readable_run
 
-__all__ = ["router"]
+__all__ = ["ExportReport", "ndjson_to_the_end", "router"]
 
 router = APIRouter(tags=["export"])
+logger = logging.getLogger("openruns.server")
 
 METRICS_PAGE = 50_000
 EPISODES_PAGE = 500
@@ -71,24 +85,86 @@ async def export(
     run = await readable_run(state, caller, run_id)
     seq = run["seq"]
     filters = {"kind": kind, "subset": subset, "env": env}
+    report = ExportReport(run["id"])
     body: AsyncIterator[bytes]
     if name == "metrics.ndjson":
         body = _metrics_ndjson(state, seq, kind)
     elif name == "metrics.parquet":
-        body = _parquet(_metrics_tables(state, seq, kind))
+        body = _parquet(_metrics_tables(state, seq, kind), report)
     elif name == "episodes.ndjson":
         if any(v is not None for v in filters.values()):
-            body = _episodes_ndjson_filtered(state, seq, stream, filters)
+            body = _episodes_ndjson_filtered(state, seq, stream, filters, report)
         else:
-            body = _episodes_ndjson(state, seq, stream)
+            body = _episodes_ndjson(state, seq, stream, report)
     elif name == "episodes.parquet":
-        body = _parquet(_episode_tables(state, seq, stream, filters))
+        body = _parquet(_episode_tables(state, seq, stream, filters, report), report)
     else:
         body = _annotations_ndjson(state, seq)
+    first = await anext(body, b"")  # an error before the first byte is an error answer
+    if name.endswith(".ndjson"):
+        body = ndjson_to_the_end(first, body, report)
+    else:
+        body = _after(first, body)
     media = "application/x-ndjson" if name.endswith(".ndjson") else "application/vnd.apache.parquet"
     filename = name.replace("episodes", stream)
     headers = {"Content-Disposition": f'attachment; filename="{run["id"]}-{filename}"'}
     return StreamingResponse(body, media_type=media, headers=headers)
+
+
+@dataclass
+class ExportReport:
+    """What an export left out (see the module docstring)."""
+
+    run_id: str
+    skipped_records: int = 0
+    damaged: list[dict[str, Any]] = field(default_factory=list)
+    stopped: str | None = None
+
+    def skip(self, segment: str, records: int, reason: str) -> None:
+        self.skipped_records += records
+        self.damaged.append({"segment": segment, "records": records, "reason": reason})
+        logger.warning(
+            "openruns: export of run %s skipped %d record(s) of the damaged segment %s (%s)",
+            self.run_id,
+            records,
+            segment,
+            reason,
+        )
+
+    def stop(self, reason: str) -> None:
+        self.stopped = reason
+        logger.warning("openruns: export of run %s stopped early: %s", self.run_id, reason)
+
+    def summary(self) -> dict[str, Any] | None:
+        if not self.damaged and self.stopped is None:
+            return None
+        return {
+            "complete": False,
+            "skipped_records": self.skipped_records,
+            "damaged": self.damaged,
+            "stopped": self.stopped,
+        }
+
+
+async def _after(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    if first:
+        yield first
+    async for piece in rest:
+        yield piece
+
+
+async def ndjson_to_the_end(
+    first: bytes, rest: AsyncIterator[bytes], report: ExportReport
+) -> AsyncIterator[bytes]:
+    """The NDJSON export, then (if anything was left out) the line saying what."""
+    try:
+        async for piece in _after(first, rest):
+            yield piece
+    except ApiError as exc:  # the database or the blob store stopped answering
+        report.stop(exc.message)
+    summary = report.summary()
+    if summary is not None:
+        yield orjson.dumps({"_openruns_export": summary}) + b"\n"
 
 
 async def _metric_pages(
@@ -128,21 +204,38 @@ async def _metrics_tables(state: ServerState, seq: int, kind: str | None) -> Asy
         )
 
 
-async def _episodes_ndjson(state: ServerState, seq: int, stream: str) -> AsyncIterator[bytes]:
-    for key in await state.store.segment_keys(seq, stream):
-        blob = await run_in_threadpool(state.blobs.get, key)
-        pieces = iter_segment(blob)
-        while piece := await run_in_threadpool(next, pieces, b""):
+async def _episodes_ndjson(
+    state: ServerState, seq: int, stream: str, report: ExportReport
+) -> AsyncIterator[bytes]:
+    for key, records in await state.store.segments_of(seq, stream):
+        try:
+            blob = await run_in_threadpool(state.blobs.get, key)
+        except FileNotFoundError:
+            report.skip(key, records, "the blob is missing")
+            continue
+        pieces = iter_lines(blob)
+        sent = 0
+        while True:
+            try:
+                piece = await run_in_threadpool(next, pieces, b"")
+            except zstandard.ZstdError as exc:
+                report.skip(key, max(0, records - sent), f"damaged: {exc}")
+                break
+            if not piece:
+                if sent < records:
+                    report.skip(key, records - sent, "truncated")
+                break
+            sent += sum(1 for line in piece.split(b"\n") if line.strip())
             yield piece
 
 
 async def _episodes_ndjson_filtered(
-    state: ServerState, seq: int, stream: str, filters: dict[str, Any]
+    state: ServerState, seq: int, stream: str, filters: dict[str, Any], report: ExportReport
 ) -> AsyncIterator[bytes]:
     after = 0
     while rows := await state.store.episode_page(seq, stream, after, EPISODES_PAGE, **filters):
-        records = await run_in_threadpool(_read_records, state, rows)
-        yield "".join(record + "\n" for record in records).encode()
+        records = await run_in_threadpool(_read_records, state, rows, report)
+        yield "".join(r + "\n" for r in records if r is not None).encode()
         after = rows[-1]["seq"]
 
 
@@ -154,7 +247,7 @@ async def _annotations_ndjson(state: ServerState, seq: int) -> AsyncIterator[byt
 
 
 async def _episode_tables(
-    state: ServerState, seq: int, stream: str, filters: dict[str, Any]
+    state: ServerState, seq: int, stream: str, filters: dict[str, Any], report: ExportReport
 ) -> AsyncIterator[Any]:
     import pyarrow as pa
 
@@ -177,24 +270,29 @@ async def _episode_tables(
     yield schema
     after = 0
     while rows := await state.store.episode_page(seq, stream, after, EPISODES_PAGE, **filters):
-        records = await run_in_threadpool(_read_records, state, rows)
-        columns = {c: [r[c] for r in rows] for c in INDEX_COLUMNS}
-        columns["record"] = records
+        records = await run_in_threadpool(_read_records, state, rows, report)
+        kept = [(row, record) for row, record in zip(rows, records, strict=True) if record]
+        columns = {c: [row[c] for row, _ in kept] for c in INDEX_COLUMNS}
+        columns["record"] = [record for _, record in kept]
         yield pa.table(columns, schema=schema)
         after = rows[-1]["seq"]
 
 
-def _read_records(state: ServerState, rows: list[dict[str, Any]]) -> list[str]:
-    """The JSON text of each row's record, reading each frame once."""
-    frames: dict[tuple[str, int], bytes] = {}
-    out = []
-    for r in rows:
-        where = (r["blob_key"], r["frame_offset"])
-        if where not in frames:
-            frames[where] = state.blobs.get_range(
-                r["blob_key"], r["frame_offset"], r["frame_length"]
-            )
-        out.append(read_record(frames[where], r["offset"], r["length"]).decode())
+def _read_records(
+    state: ServerState, rows: list[dict[str, Any]], report: ExportReport
+) -> list[str | None]:
+    """The JSON text of each row's record (None for one of a damaged segment: reported)."""
+    out: list[str | None] = []
+    damaged: dict[str, tuple[int, str]] = {}
+    for row in rows:
+        try:
+            out.append(read_record(state.blobs, row).decode())
+        except DamagedSegment as exc:
+            count, _ = damaged.get(exc.blob_key, (0, exc.reason))
+            damaged[exc.blob_key] = (count + 1, exc.reason)
+            out.append(None)
+    for key, (count, reason) in damaged.items():
+        report.skip(key, count, reason)
     return out
 
 
@@ -227,16 +325,27 @@ class _Sink:
         return out
 
 
-async def _parquet(tables: AsyncIterator[Any]) -> AsyncIterator[bytes]:
-    """A Parquet file, one row group per table; the first item of `tables` is the schema."""
+async def _parquet(tables: AsyncIterator[Any], report: ExportReport) -> AsyncIterator[bytes]:
+    """A Parquet file, one row group per table; the first item of `tables` is the schema.
+    What was left out goes into the footer's key-value metadata (`openruns.export`)."""
     import pyarrow.parquet as pq
 
     sink = _Sink()
     schema = await anext(tables)
     writer = pq.ParquetWriter(sink, schema)
-    async for table in tables:
-        await run_in_threadpool(writer.write_table, table)
-        if chunk := sink.take():
-            yield chunk
+    started = False
+    try:
+        async for table in tables:
+            await run_in_threadpool(writer.write_table, table)
+            if chunk := sink.take():
+                started = True
+                yield chunk
+    except ApiError as exc:
+        if not started:
+            raise  # nothing sent yet: an ordinary error answer
+        report.stop(exc.message)
+    summary = report.summary()
+    if summary is not None:
+        writer.add_key_value_metadata({"openruns.export": orjson.dumps(summary).decode()})
     await run_in_threadpool(writer.close)
     yield sink.take()

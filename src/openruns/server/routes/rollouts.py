@@ -154,12 +154,25 @@ async def previews(
 
 @router.get("/runs/{run_id}/rewards", response_model=StepRewards)
 async def rewards(
-    run_id: str, state: State, caller: Caller, step: Step, stream: Stream = "episodes"
+    run_id: str,
+    state: State,
+    caller: Caller,
+    step: Step,
+    stream: Stream = "episodes",
+    by: Annotated[
+        Literal["dispatched", "trained"],
+        Query(description="a step is the one records were dispatched at, or trained at"),
+    ] = "dispatched",
+    kind: Annotated[Literal["train", "eval"] | None, Query(description="default: both")] = None,
+    subset: Annotated[str | None, Query(max_length=32, description="a cohort")] = None,
 ) -> JSON:
     """The rewards of one step's records, ascending (at most 100,000), and how many of the
     step's records have none."""
     run = await readable_run(state, caller, run_id)
-    return JSON({"step": step, **await state.store.step_rewards(run["seq"], stream, step)})
+    found = await state.store.step_rewards(
+        run["seq"], stream, step, by=by, kind=kind, subset=subset
+    )
+    return JSON({"step": step, **found})
 
 
 @router.get("/runs/{run_id}/rewards/quantiles", response_model=RewardQuantiles)
@@ -171,13 +184,15 @@ async def reward_quantiles(
     step_min: Step | None = None,
     step_max: Step | None = None,
     max_points: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    kind: Annotated[Literal["train", "eval"] | None, Query(description="default: both")] = None,
 ) -> JSON:
     """Per step: count, mean, p10, p50 and p90 of its records' rewards (linear
-    interpolation). With more steps than `max_points`, consecutive steps are pooled into at
-    most that many buckets, each reported at its last step."""
+    interpolation), of one kind of records when `kind` is given. With more steps than
+    `max_points`, consecutive steps are pooled into at most that many buckets, each reported
+    at its last step."""
     run = await readable_run(state, caller, run_id)
     return JSON(
-        await state.store.reward_quantiles(run["seq"], stream, step_min, step_max, max_points)
+        await state.store.reward_quantiles(run["seq"], stream, step_min, step_max, max_points, kind)
     )
 
 

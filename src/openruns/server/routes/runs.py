@@ -11,6 +11,7 @@ from ..auth import run_token
 from ..errors import forbidden
 from ..handlers import JSON
 from ..models import RunCreate, RunCreated, RunFinish, RunList, RunOut, RunPatch, Status
+from ..store.runs import check_run_id
 from .deps import (
     Caller,
     State,
@@ -40,7 +41,12 @@ IdempotencyKey = Annotated[
 async def create_run(
     body: RunCreate, state: State, caller: Caller, idempotency_key: IdempotencyKey = None
 ) -> JSON:
-    """Create a run, or return the one an earlier call with this `id` / Idempotency-Key made."""
+    """Create a run, or return the one an earlier call with this `id` / Idempotency-Key made.
+    Ids are per team: another team's run with the same id is not this one, and its existence
+    is not revealed. A client-chosen id is 1 to 64 letters, digits, `.`, `_` or `-`, starting
+    with a letter or a digit (400 otherwise)."""
+    if body.id is not None:
+        check_run_id(body.id)
     if not caller.can_create:
         raise forbidden("a run token cannot create runs; use an API key")
     if caller.team_id is None:
@@ -52,8 +58,11 @@ async def create_run(
     fields = body.model_dump(exclude={"team_id", "config"})
     fields["id"] = body.id or new_run_id()
     fields["config"] = body.config.model_dump(exclude_none=True) if body.config else None
-    run, created = await state.store.create_run(team_id, fields, idempotency_key)
-    out = {**public_run(state, run), "token": run_token(state.store.secret, run["id"])}
+    run, created = await state.store.create_run(
+        team_id, fields, idempotency_key, ids_per_team=state.auth_enabled
+    )
+    token = run_token(state.store.secret, run["team_id"], run["id"])
+    out = {**public_run(state, run), "token": token}
     return JSON(out, 201 if created else 200)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .blobs import BlobStore, LocalBlobStore
+from .blobs import BlobStore, LocalBlobStore, open_blobs
 from .store import Store
 
-__all__ = ["BlobStore", "LocalBlobStore", "Store"]
+__all__ = ["BlobStore", "LocalBlobStore", "Store", "open_blobs"]

@@ -1,23 +1,37 @@
 """
 Blob storage for episode segments: written once, never edited.
 
-`BlobStore` is the interface a backend implements (a local directory here; S3 later, where
-put_atomic is a single PUT). `LocalBlobStore.put_atomic` writes a temporary file, fsyncs it,
-renames it into place and fsyncs the directory, so once it returns the blob is durable, and a
-crash at any point leaves either no blob or the whole blob under its key, never a torn one.
-All methods block; call them off the event loop.
+`BlobStore` is the interface a backend implements: a local directory (here) or an
+S3-compatible bucket (s3.py, where put_atomic is one PUT, or a multipart upload that becomes
+visible whole when it completes). `open_blobs("s3://bucket/prefix")` or `open_blobs("/dir")`
+picks one. `LocalBlobStore.put_atomic` writes a temporary file, fsyncs it, renames it into
+place and fsyncs the directory, so once it returns the blob is durable, and a crash at any
+point leaves either no blob or the whole blob under its key, never a torn one. All methods
+block; call them off the event loop.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from ...rundir import fsync_dir
+from ..errors import insufficient_storage, is_disk_full
 
-__all__ = ["BlobStore", "LocalBlobStore"]
+__all__ = ["BlobInfo", "BlobStore", "LocalBlobStore", "open_blobs"]
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    """A stored blob as a listing shows it (for `openruns server check`)."""
+
+    key: str
+    size: int
+    modified: float  # epoch seconds
 
 
 class BlobStore(Protocol):
@@ -35,6 +49,32 @@ class BlobStore(Protocol):
 
     def exists(self, key: str) -> bool: ...
 
+    def delete(self, key: str) -> None:
+        """Remove a blob (nothing when there is none)."""
+        ...
+
+    def list_blobs(self) -> Iterator[BlobInfo]:
+        """Every blob, in no particular order."""
+        ...
+
+    def describe(self) -> str:
+        """Where the blobs are, for messages."""
+        ...
+
+
+def open_blobs(location: str, endpoint_url: str | None = None) -> BlobStore:
+    """The blob store at `location`: `s3://bucket[/prefix]` or a directory (created if new).
+    Raises ValueError with a one-line reason when it cannot be used."""
+    if location.startswith("s3://"):
+        from .s3 import S3BlobStore
+
+        store = S3BlobStore.from_url(location, endpoint_url)
+        store.check()
+        return store
+    if "://" in location:
+        raise ValueError(f"unsupported blob store {location!r}: use a directory or s3://BUCKET")
+    return LocalBlobStore(Path(location))
+
 
 class LocalBlobStore:
     """Blobs as files under `root`; keys are relative paths of safe segments."""
@@ -44,6 +84,15 @@ class LocalBlobStore:
         root.mkdir(parents=True, exist_ok=True)
 
     def put_atomic(self, key: str, data: bytes) -> None:
+        """A full disk is a 507 (errors.insufficient_storage), leaving no temporary file."""
+        try:
+            self._put_atomic(key, data)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise insufficient_storage(f"the blob store {self.root}") from exc
+            raise
+
+    def _put_atomic(self, key: str, data: bytes) -> None:
         path = self._path(key)
         _makedirs_durable(path.parent)
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
@@ -58,7 +107,11 @@ class LocalBlobStore:
             tmp.unlink(missing_ok=True)
             raise
         os.close(fd)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         fsync_dir(path.parent)
 
     def get(self, key: str) -> bytes:
@@ -71,6 +124,27 @@ class LocalBlobStore:
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def list_blobs(self) -> Iterator[BlobInfo]:
+        """Every blob file; temporary files of writes in progress (dot files) are not blobs."""
+        for directory, dirs, files in os.walk(self.root):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            for name in files:
+                if name.startswith("."):
+                    continue
+                path = Path(directory, name)
+                try:
+                    stat = path.stat()
+                except FileNotFoundError:
+                    continue
+                key = path.relative_to(self.root).as_posix()
+                yield BlobInfo(key, stat.st_size, stat.st_mtime)
+
+    def describe(self) -> str:
+        return str(self.root)
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")

@@ -1,17 +1,27 @@
 """
-The database connection layer: one writer, a pool of readers, migrations at open.
+The database connection layer: SQLite (one file, the default) or PostgreSQL (shared by
+replicas). Writers and readers on thread pools, migrations at open, errors as 503s.
 
-    db = Database.open("sqlite:////data/openruns.db")
+    db = Database.open("sqlite:////data/openruns.db")      # or postgresql+psycopg://...
     n = await db.read(lambda conn: conn.execute(query).scalar())
     await db.write(insert_rows, rows)          # fn(conn, *args) inside one transaction
     db.close()
 
-Writes run one at a time on a dedicated thread, each in its own transaction (`BEGIN
-IMMEDIATE` on SQLite, so a transaction never has to upgrade a read lock and fail with
-SQLITE_BUSY half-way). Reads run on a small thread pool, each on its own connection, with a
-time limit (SQLite progress handler). Both keep blocking work off the event loop.
-SQLite runs in WAL mode with synchronous=FULL: a committed transaction is on disk, which is
-what a 2xx promises (issue 3, "Durability").
+Each call runs `fn` in its own transaction on a thread of its pool, off the event loop.
+
+- SQLite: one writer thread (`BEGIN IMMEDIATE`, so a transaction never has to upgrade a read
+  lock and fail with SQLITE_BUSY half-way) and 4 readers, each read with a time limit
+  (progress handler). WAL mode with synchronous=FULL: a committed transaction is on disk, which
+  is what a 2xx promises.
+- PostgreSQL: `pool_size` writers and as many readers, READ COMMITTED. Concurrent writers,
+  here and on other replicas, are kept correct by the SQL itself (sql.py: insert-or-ignore,
+  upserts, `lock_run`), never by this process. Reads carry `statement_timeout`.
+
+A call that waited `pool_timeout` seconds for a connection, a database that cannot be reached,
+a query past its time limit and a write that lost a race answer 503 + Retry-After with a
+message naming the database (errors.overloaded), never a 500. A full disk (SQLite's "database
+or disk is full", PostgreSQL's disk_full) answers 507 + Retry-After: the transaction was rolled
+back, reads go on, and the next write succeeds once space is freed.
 """
 
 from __future__ import annotations
@@ -21,64 +31,96 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from ..errors import overloaded
+from ..errors import ApiError, bad_request, insufficient_storage, overloaded
 
-__all__ = ["Database"]
+__all__ = ["Database", "describe_url"]
 
 T = TypeVar("T")
 
-READ_THREADS = 4
+SQLITE_READERS = 4
 BUSY_TIMEOUT_MS = 10_000
+CONNECT_TIMEOUT_S = 5
+# Writes on PostgreSQL get a generous bound too, so a stuck lock cannot hold a slot forever.
+WRITE_TIMEOUT_S = 120
 _PROGRESS_OPS = 20_000
+
+
+def describe_url(url: str) -> str:
+    """The URL with its password hidden, for messages."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url.split("@")[-1]
 
 
 class Database:
     """See the module docstring. Thread-safe; `close()` is idempotent."""
 
-    def __init__(self, url: str, query_timeout: float = 30.0, read_threads: int = READ_THREADS):
+    def __init__(
+        self,
+        url: str,
+        query_timeout: float = 30.0,
+        pool_size: int = 8,
+        pool_timeout: float = 10.0,
+    ):
         self.url = url
+        self.dialect = "sqlite" if url.startswith("sqlite") else "postgresql"
         self.query_timeout = query_timeout
-        self._sqlite = url.startswith("sqlite")
-        self.writer = self._engine(url, pool_size=1, writer=True)
-        self.reader = self._engine(url, pool_size=read_threads, writer=False)
-        self._write_pool = ThreadPoolExecutor(1, thread_name_prefix="openruns-db-writer")
-        self._read_pool = ThreadPoolExecutor(read_threads, thread_name_prefix="openruns-db-read")
+        self.pool_timeout = pool_timeout
+        writers = 1 if self.dialect == "sqlite" else max(1, pool_size)
+        readers = SQLITE_READERS if self.dialect == "sqlite" else max(1, pool_size)
+        self.writer = self._engine(url, writers, writer=True)
+        self.reader = self._engine(url, readers, writer=False)
+        self._write_pool = ThreadPoolExecutor(writers, thread_name_prefix="openruns-db-writer")
+        self._read_pool = ThreadPoolExecutor(readers, thread_name_prefix="openruns-db-read")
+        self._sizes = {"write": writers, "read": readers}
         self._closed = False
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, url: str, query_timeout: float = 30.0) -> Database:
-        """Connect and bring the schema to the newest migration."""
+    def open(
+        cls,
+        url: str,
+        query_timeout: float = 30.0,
+        pool_size: int = 8,
+        pool_timeout: float = 10.0,
+    ) -> Database:
+        """Connect and bring the schema to the newest migration (exceptions as raised by the
+        driver: the caller words the startup error)."""
         from .migrate import upgrade
 
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        db = cls(url, query_timeout)
+        db = cls(url, query_timeout, pool_size, pool_timeout)
         try:
-            db.write_sync(upgrade)
+            with db.writer.begin() as conn:
+                upgrade(conn)
         except BaseException:
             db.close()
             raise
         return db
 
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.wrap_future(self._write_pool.submit(self._write, fn, args))
+        return await self._wait("write", fn, args)
 
     def write_sync(self, fn: Callable[..., T], *args: Any) -> T:
-        return self._write_pool.submit(self._write, fn, args).result()
+        return self._submit("write", fn, args).result()
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.wrap_future(self._read_pool.submit(self._read, fn, args))
+        return await self._wait("read", fn, args)
 
     def read_sync(self, fn: Callable[..., T], *args: Any) -> T:
-        return self._read_pool.submit(self._read, fn, args).result()
+        return self._submit("read", fn, args).result()
 
     def close(self) -> None:
         with self._lock:
@@ -90,37 +132,109 @@ class Database:
         self.writer.dispose()
         self.reader.dispose()
 
-    def _write(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    def _submit(self, kind: str, fn: Callable[..., T], args: tuple[Any, ...]) -> Future[T]:
+        pool = self._write_pool if kind == "write" else self._read_pool
+        return pool.submit(self._call, kind, fn, args)
+
+    async def _wait(self, kind: str, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """fn's result; 503 when no connection came free within pool_timeout. A call that has
+        started is never abandoned (its transaction may be committing): only a queued one."""
+        future = self._submit(kind, fn, args)
         try:
-            with self.writer.begin() as conn:
-                return fn(conn, *args)
-        except OperationalError as exc:
-            raise _busy(exc) from exc
+            return await asyncio.wait_for(
+                asyncio.shield(asyncio.wrap_future(future)), self.pool_timeout
+            )
+        except TimeoutError:
+            if not future.cancel():  # running (or done) after all: wait for it
+                return await asyncio.wrap_future(future)
+        raise overloaded(
+            f"the database is saturated: all {self._sizes[kind]} {kind} connections of this "
+            f"server stayed busy for {self.pool_timeout:g} s; retry shortly",
+            retry_after=2,
+            code="database_pool_exhausted",
+        )
+
+    def _call(self, kind: str, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        try:
+            if kind == "write":
+                with self.writer.begin() as conn:
+                    return fn(conn, *args)
+            with self.reader.connect() as conn:
+                return self._timed_read(conn, fn, args)
         except IntegrityError as exc:
-            # Only another process writing the same row at the same time (a replica, or a
-            # retried request racing its first attempt) gets here: the replay will find it.
+            # Only a concurrent write of the same row (another replica, or a retried request
+            # racing its first attempt) gets here; a retry finds what the winner stored.
             raise overloaded(
                 "a concurrent write of the same data won; retry", code="write_conflict"
             ) from exc
+        except PoolTimeout as exc:
+            raise overloaded(
+                "the database is saturated: no connection came free; retry shortly",
+                retry_after=2,
+                code="database_pool_exhausted",
+            ) from exc
+        except DBAPIError as exc:
+            raise self._translate(exc) from exc
 
-    def _read(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    def _timed_read(self, conn: Connection, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        raw = conn.connection.dbapi_connection if self.dialect == "sqlite" else None
+        if not isinstance(raw, sqlite3.Connection):
+            return fn(conn, *args)  # PostgreSQL: statement_timeout, set at connect
+        deadline = time.monotonic() + self.query_timeout
+        raw.set_progress_handler(lambda: time.monotonic() > deadline, _PROGRESS_OPS)
         try:
-            with self.reader.connect() as conn:
-                raw = conn.connection.dbapi_connection if self._sqlite else None
-                if isinstance(raw, sqlite3.Connection):
-                    deadline = time.monotonic() + self.query_timeout
-                    raw.set_progress_handler(lambda: time.monotonic() > deadline, _PROGRESS_OPS)
-                try:
-                    return fn(conn, *args)
-                finally:
-                    if isinstance(raw, sqlite3.Connection):
-                        raw.set_progress_handler(None, 0)
-        except OperationalError as exc:
-            raise _busy(exc) from exc
+            return fn(conn, *args)
+        finally:
+            raw.set_progress_handler(None, 0)
+
+    def _translate(self, exc: DBAPIError) -> Exception:
+        """A 503 for what a retry may fix, a 400 for a value the database cannot store (NUL
+        in PostgreSQL text); anything else is a bug and stays itself."""
+        if self.dialect == "sqlite":
+            text = str(exc.orig)
+            # SQLITE_FULL: the disk (or a quota) is full; the transaction was rolled back.
+            if isinstance(exc, OperationalError) and "database or disk is full" in text:
+                return insufficient_storage(f"the database {describe_url(self.url)}")
+            if isinstance(exc, OperationalError) and "interrupted" in text:
+                return _query_timeout()
+            if isinstance(exc, OperationalError) and ("locked" in text or "busy" in text):
+                return overloaded("the database is busy; retry shortly", code="database_busy")
+            return exc
+        state = getattr(exc.orig, "sqlstate", None) or ""
+        reason = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else "gone"
+        if isinstance(exc, DataError) or state.startswith("22"):
+            return bad_request("invalid_value", f"a value cannot be stored: {reason}")
+        if state == "57014":
+            return _query_timeout()
+        if state == "53100":  # disk_full
+            return insufficient_storage(f"the database {describe_url(self.url)}")
+        if state in ("40P01", "40001", "55P03"):  # deadlock, serialization, lock not available
+            return overloaded("the database is busy; retry shortly", code="database_busy")
+        lost = isinstance(exc, OperationalError | InterfaceError) and not state
+        if exc.connection_invalidated or lost or state[:2] in ("08", "53", "57"):
+            return overloaded(
+                f"the database {describe_url(self.url)} is unavailable ({reason}); retry shortly",
+                retry_after=5,
+                code="database_unavailable",
+            )
+        return exc
 
     def _engine(self, url: str, pool_size: int, writer: bool) -> Engine:
-        if not self._sqlite:
-            return create_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=True)
+        if self.dialect != "sqlite":
+            timeout_ms = int(1000 * (WRITE_TIMEOUT_S if writer else self.query_timeout))
+            return create_engine(
+                url,
+                pool_size=pool_size,
+                max_overflow=0,
+                pool_timeout=self.pool_timeout,
+                pool_pre_ping=True,
+                pool_recycle=1800,
+                connect_args={
+                    "connect_timeout": CONNECT_TIMEOUT_S,
+                    "options": f"-c statement_timeout={timeout_ms}",
+                    "application_name": "openruns-server",
+                },
+            )
         engine = create_engine(
             url,
             pool_size=pool_size,
@@ -152,10 +266,5 @@ class Database:
         return engine
 
 
-def _busy(exc: OperationalError) -> Exception:
-    text = str(exc.orig)
-    if "interrupted" in text:
-        return overloaded("the query took too long and was stopped", code="query_timeout")
-    if "locked" in text or "busy" in text:
-        return overloaded("the database is busy; retry shortly", code="database_busy")
-    return exc
+def _query_timeout() -> ApiError:
+    return overloaded("the query took too long and was stopped", code="query_timeout")

@@ -28,7 +28,7 @@ __all__ = [
     "locate",
     "mark_trained",
     "page_for_export",
-    "segment_keys",
+    "segments_of",
     "steps",
 ]
 
@@ -260,11 +260,11 @@ def page_for_export(
     return [dict(r) for r in conn.execute(_filtered(query, filters)).mappings()]
 
 
-def segment_keys(conn: Connection, run_seq: int, stream: str) -> list[str]:
-    """Blob keys of a run's segments of one stream, in upload order."""
+def segments_of(conn: Connection, run_seq: int, stream: str) -> list[tuple[str, int]]:
+    """(blob key, records) of a run's segments of one stream, in upload order."""
     query = (
-        select(segments.c.blob_key)
+        select(segments.c.blob_key, segments.c.records)
         .where(segments.c.run_seq == run_seq, segments.c.stream == stream)
         .order_by(segments.c.id)
     )
-    return list(conn.execute(query).scalars())
+    return [(key, records) for key, records in conn.execute(query)]

@@ -146,7 +146,7 @@ def _summarize(conn: Connection, level: int, ids: list[int], first: int, last: i
             func.min(p.c.value).label("min"),
             func.max(p.c.value).label("max"),
             func.max(p.c.step).label("last_step"),
-        ).where(p.c.step >= first * size, p.c.step < (last + 1) * size)
+        ).where(p.c.step >= first * size, p.c.step <= last * size + (size - 1))
         key_col = p.c.key_id
     else:
         ratio = BLOCK_SIZES[level - 1] // BLOCK_SIZES[level - 2]
@@ -160,7 +160,11 @@ def _summarize(conn: Connection, level: int, ids: list[int], first: int, last: i
             func.min(b.c.min).label("min"),
             func.max(b.c.max).label("max"),
             func.max(b.c.last_step).label("last_step"),
-        ).where(b.c.level == level - 1, b.c.block >= first * ratio, b.c.block < (last + 1) * ratio)
+        ).where(
+            b.c.level == level - 1,
+            b.c.block >= first * ratio,
+            b.c.block <= last * ratio + (ratio - 1),
+        )
         key_col = b.c.key_id
     rows: list[tuple] = []
     for i in range(0, len(ids), _IN_CHUNK):

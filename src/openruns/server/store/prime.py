@@ -17,12 +17,13 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
+from ...spec import RunStatus
 from ..errors import conflict
 from . import metrics, runs
 from .receipts import get_receipt, put_receipt
 from .schema import metric_keys, metric_points, prime_environments, prime_objects
 from .schema import runs as runs_table
-from .sql import insert_ignore
+from .sql import insert_ignore, lock_run
 
 __all__ = [
     "NO_HEARTBEAT",
@@ -141,7 +142,7 @@ def close_run(
 
 def _require_running(conn: Connection, seq: int) -> None:
     status = conn.execute(select(runs_table.c.status).where(runs_table.c.seq == seq)).scalar_one()
-    if status != "running":
+    if status != RunStatus.RUNNING:
         raise conflict("run_closed", f"the run is already {status}")
 
 
@@ -159,6 +160,7 @@ def ingest_metric_row(
     stored already: a replay changes nothing, even after a later row rewrote the step. A row
     without a step is written at the run's latest step (0 before any).
     """
+    lock_run(conn, run_seq)  # replicas: one writer of a run's points and receipts at a time
     prior = get_receipt(conn, run_seq, "metrics", key)
     if prior is not None:
         return prior
@@ -233,5 +235,6 @@ def put_upload_receipt(
     conn: Connection, run_seq: int, key: str, receipt: dict[str, Any], now: float
 ) -> None:
     """Remember a Prime upload's answer (traces batch, samples request) for its replays."""
+    lock_run(conn, run_seq)
     if get_receipt(conn, run_seq, _UPLOADS, key) is None:
         put_receipt(conn, run_seq, _UPLOADS, key, receipt, now)

@@ -1,4 +1,11 @@
-"""Receipts of bulk uploads, by (run, kind, Idempotency-Key): a replay gets the first answer."""
+"""
+Receipts of bulk uploads, by (run, kind, Idempotency-Key): a replay gets the first answer.
+
+The key is the table's primary key, so the database itself refuses a second receipt: the
+writer checks `get_receipt` under the run's lock (sql.lock_run), and `put_receipt` is a plain
+INSERT on purpose, so that a duplicate that got past a check fails and rolls back the upload
+it belongs to instead of being ignored after its data was written.
+"""
 
 from __future__ import annotations
 

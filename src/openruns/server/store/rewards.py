@@ -24,10 +24,25 @@ MAX_STEP_VALUES = 100_000
 _e = episodes
 
 
-def step_rewards(conn: Connection, run_seq: int, stream: str, step: int) -> dict[str, Any]:
+def step_rewards(
+    conn: Connection,
+    run_seq: int,
+    stream: str,
+    step: int,
+    by: str = "dispatched",
+    kind: str | None = None,
+    subset: str | None = None,
+) -> dict[str, Any]:
     """{"values": the step's rewards in ascending order (at most MAX_STEP_VALUES), "missing":
-    records of the step without a reward, "truncated": whether values were cut}."""
-    where = (_e.c.run_seq == run_seq, _e.c.stream == stream, _e.c.step == step)
+    records of the step without a reward, "truncated": whether values were cut}. The step is
+    the one records were dispatched at, or with `by="trained"` trained at; `kind` and `subset`
+    narrow the records to one kind (train, eval) and cohort."""
+    step_column = _e.c.step if by == "dispatched" else _e.c.trained_step
+    where = [_e.c.run_seq == run_seq, _e.c.stream == stream, step_column == step]
+    if kind is not None:
+        where.append(_e.c.kind == kind)
+    if subset is not None:
+        where.append(_e.c.subset == subset)
     query = (
         select(_e.c.reward)
         .where(*where, _e.c.reward.is_not(None))
@@ -50,10 +65,14 @@ def reward_quantiles(
     step_min: int | None,
     step_max: int | None,
     max_points: int,
+    kind: str | None = None,
 ) -> dict[str, list[Any]]:
     """Per step (or per bucket of consecutive steps when a run has more than `max_points`
-    steps with rewards): the last step, how many rewards, their mean, p10, p50, p90."""
+    steps with rewards): the last step, how many rewards, their mean, p10, p50, p90; of the
+    records of one kind (train, eval) when `kind` is given."""
     where = [_e.c.run_seq == run_seq, _e.c.stream == stream, _e.c.reward.is_not(None)]
+    if kind is not None:
+        where.append(_e.c.kind == kind)
     where.append(_e.c.step.is_not(None))
     if step_min is not None:
         where.append(_e.c.step >= step_min)

@@ -3,28 +3,37 @@ Run rows: create, read, list, patch, finish, heartbeat, crash sweep. Functions o
 Connection, called by Store inside one read or write transaction.
 
 A run row comes back as a dict with the JSON columns decoded, plus `seq` (internal key).
-Finishing is a compare-and-set from `running` in SQL, so it stays correct with several server
-replicas on one database.
+Statuses are spec.RunStatus values. Every rule that must hold across server replicas is
+enforced by the database: a create replay finds the row the unique constraints kept (insert
+or ignore, then read), finishing and crashing are compare-and-sets from `running`, a summary
+merge holds the run's row lock, and the crash sweep skips rows another replica is sweeping.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import orjson
 from sqlalchemy import Connection, RowMapping, delete, insert, select, update
 
+from ...spec import RunStatus
 from ..errors import ApiError, bad_request, conflict
 from .schema import run_tags, runs
+from .sql import insert_ignore
 
 __all__ = [
     "JSON_COLUMNS",
+    "RUN_ID_PATTERN",
+    "check_run_id",
     "create_run",
     "crash_stale",
     "dump_json",
     "finish_run",
     "get_run",
+    "get_run_by_seq",
+    "run_teams",
     "heartbeat",
     "list_runs",
     "patch_run",
@@ -33,8 +42,25 @@ __all__ = [
 ]
 
 JSON_COLUMNS = ("environments", "tags", "config", "training", "summary", "losses")
-TERMINAL = ("completed", "failed", "cancelled", "crashed")
+RUNNING = RunStatus.RUNNING.value
+TERMINAL = tuple(s.value for s in RunStatus if s.is_terminal())
 NO_LOSSES = {"dropped_records": 0, "failed_records": {}}
+# A run id is a name in URLs, file names (exports, offline run directories) and command lines:
+# letters, digits, `.`, `_` and `-`, starting with a letter or a digit (so never `.`, `..`, a
+# hidden file or an option), 1 to 64 characters (the column's width).
+RUN_ID_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z_.-]{0,63}$"
+MAX_RUN_ID_CHARS = 64
+_RUN_ID = re.compile(RUN_ID_PATTERN)
+
+
+def check_run_id(run_id: str) -> None:
+    """400 naming the rule unless `run_id` is a valid client-chosen run id."""
+    if not _RUN_ID.match(run_id):
+        raise bad_request(
+            "invalid_run_id",
+            f"run id {run_id[:80]!r} is not valid: use 1 to {MAX_RUN_ID_CHARS} letters, digits, "
+            "'.', '_' or '-', starting with a letter or a digit",
+        )
 
 
 def dump_json(value: Any, field: str) -> str:
@@ -54,9 +80,25 @@ def _run(row: RowMapping | dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def get_run(conn: Connection, run_id: str) -> dict[str, Any] | None:
-    row = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().first()
+def get_run(conn: Connection, run_id: str, team_id: str | None = None) -> dict[str, Any] | None:
+    """The run `run_id` of team `team_id`. Ids are unique within a team; with no team (auth
+    off, where ids are kept unique across teams at create) the first run made with that id."""
+    query = select(runs).where(runs.c.id == run_id)
+    if team_id is not None:
+        query = query.where(runs.c.team_id == team_id)
+    row = conn.execute(query.order_by(runs.c.seq).limit(1)).mappings().first()
     return _run(row) if row else None
+
+
+def get_run_by_seq(conn: Connection, seq: int) -> dict[str, Any] | None:
+    row = conn.execute(select(runs).where(runs.c.seq == seq)).mappings().first()
+    return _run(row) if row else None
+
+
+def run_teams(conn: Connection, run_id: str) -> list[tuple[int, str]]:
+    """(seq, team) of every run with this id, oldest first (a run token names only the id)."""
+    query = select(runs.c.seq, runs.c.team_id).where(runs.c.id == run_id).order_by(runs.c.seq)
+    return [(seq, team) for seq, team in conn.execute(query)]
 
 
 def create_run(
@@ -65,42 +107,35 @@ def create_run(
     fields: dict[str, Any],
     create_key: str | None,
     now: float,
+    ids_per_team: bool = True,
 ) -> tuple[dict[str, Any], bool]:
     """
     Insert a run, or return the one this create already made: (run, created). A replayed
-    Idempotency-Key, or an `id` that exists in the same team, returns the existing run; an `id`
-    taken by another team is a conflict. `fields["resume"]`: an existing run that ended is
-    running again (a process resumes it with an explicit id). `fields["heartbeat"]` false: no
-    process heartbeats for the run (a scheduler created it), so silence never crashes it.
+    Idempotency-Key, or an `id` that exists in the same team, returns the existing run. Ids are
+    per team: another team's run with the same id is neither returned nor revealed. With
+    `ids_per_team` false (auth off: one tenant, nothing hidden) an `id` taken by another team
+    is a 409, so that a lookup by id alone stays unambiguous. `fields["resume"]`: an existing
+    run that ended is running again (a process resumes it with an explicit id).
+    `fields["heartbeat"]` false: no process heartbeats for the run (a scheduler created it), so
+    silence never crashes it.
+    Two replicas racing with the same create both end with the same run: the insert ignores a
+    conflict on either unique column, then reads.
     """
-    existing = None
-    if create_key is not None:
-        row = (
-            conn.execute(
-                select(runs).where(runs.c.team_id == team_id, runs.c.create_key == create_key)
-            )
-            .mappings()
-            .first()
-        )
-        existing = _run(row) if row else None
-    if existing is None:
-        existing = get_run(conn, fields["id"])
-        if existing is not None and existing["team_id"] != team_id:
-            raise conflict("run_id_taken", f"run id {fields['id']!r} is already in use")
+    existing = _existing(conn, team_id, fields["id"], create_key, ids_per_team)
     if existing is not None:
         if fields.get("resume"):
             conn.execute(
                 update(runs)
                 .where(runs.c.seq == existing["seq"])
                 .values(
-                    status="running",
+                    status=RUNNING,
                     error=None,
                     finished_at=None,
                     updated_at=now,
                     last_heartbeat_at=now,
                 )
             )
-            existing = get_run(conn, existing["id"])
+            existing = get_run_by_seq(conn, existing["seq"])
             assert existing is not None
         return existing, False
     tags = _unique(fields.get("tags") or [])
@@ -118,7 +153,7 @@ def create_run(
         "tags": dump_json(tags, "tags"),
         "config": _json_or_null(fields.get("config"), "config"),
         "training": _json_or_null(fields.get("training"), "training"),
-        "status": "running",
+        "status": RUNNING,
         "error": None,
         "summary": "{}",
         "losses": dump_json(NO_LOSSES, "losses"),
@@ -129,7 +164,13 @@ def create_run(
         "notes": None,
         "group_name": fields.get("group"),
     }
-    seq = conn.execute(insert(runs).values(values)).inserted_primary_key[0]
+    seq = conn.execute(
+        insert_ignore(conn, runs).values(values).returning(runs.c.seq)
+    ).scalar_one_or_none()
+    if seq is None:  # another transaction created it first
+        existing = _existing(conn, team_id, fields["id"], create_key, ids_per_team)
+        assert existing is not None, "a conflicting run row must exist once it is committed"
+        return existing, False
     _set_tags(conn, seq, tags)
     return {**_run(values), "seq": seq}, True
 
@@ -141,6 +182,26 @@ def _first_heartbeat(fields: dict[str, Any], created_at: float, now: float) -> f
     if not fields.get("heartbeat", True):
         return math.inf
     return now if created_at < now else None
+
+
+def _existing(
+    conn: Connection, team_id: str, run_id: str, create_key: str | None, ids_per_team: bool
+) -> dict[str, Any] | None:
+    """The run this create already made (by Idempotency-Key, else by id), if any."""
+    if create_key is not None:
+        row = (
+            conn.execute(
+                select(runs).where(runs.c.team_id == team_id, runs.c.create_key == create_key)
+            )
+            .mappings()
+            .first()
+        )
+        if row:
+            return _run(row)
+    existing = get_run(conn, run_id, team_id)
+    if existing is None and not ids_per_team and get_run(conn, run_id) is not None:
+        raise conflict("run_id_taken", f"run id {run_id!r} is already in use")
+    return existing
 
 
 def list_runs(
@@ -179,12 +240,16 @@ def list_runs(
 
 def patch_run(conn: Connection, seq: int, changes: dict[str, Any], now: float) -> None:
     """Apply a PATCH: `summary` is merged key by key, `fill` sets fields where the run has
-    none, the other fields replace."""
+    none, the other fields replace. The run's row is locked first, so concurrent patches on two
+    replicas apply one after the other (both summary merges land; tag rewrites do not
+    collide)."""
+    current = conn.execute(
+        select(runs.c.summary).where(runs.c.seq == seq).with_for_update()
+    ).scalar_one()
     if "fill" in changes:
         _fill(conn, seq, changes["fill"])
     values: dict[str, Any] = {"updated_at": now}
     if "summary" in changes:
-        current = conn.execute(select(runs.c.summary).where(runs.c.seq == seq)).scalar_one()
         merged = {**orjson.loads(current), **changes["summary"]}
         values["summary"] = dump_json(merged, "summary")
     if "losses" in changes:
@@ -211,7 +276,7 @@ def _fill(conn: Connection, seq: int, fields: dict[str, Any]) -> None:
             continue
         column = runs.c[name]
         if name == "error":
-            where = [column.is_(None), runs.c.status == "running"]
+            where = [column.is_(None), runs.c.status == RUNNING]
         elif name in _EMPTY_JSON:
             where = [column == _EMPTY_JSON[name]]
         elif name in _NULLABLE:
@@ -245,13 +310,13 @@ def finish_run(
     `times` may give the run's own finished_at and last_heartbeat_at (a run uploaded later),
     kept between its creation and now.
     """
-    values: dict[str, Any] = {"status": status, "error": error, "finished_at": now}
+    values: dict[str, Any] = {"status": str(status), "error": error, "finished_at": now}
     created = conn.execute(select(runs.c.created_at).where(runs.c.seq == seq)).scalar_one()
     for name, value in (times or {}).items():
         values[name] = min(now, max(created, value))
     done = conn.execute(
         update(runs)
-        .where(runs.c.seq == seq, runs.c.status == "running")
+        .where(runs.c.seq == seq, runs.c.status == RUNNING)
         .values(**values, updated_at=now)
     ).rowcount
     if done:
@@ -268,7 +333,7 @@ def heartbeat(conn: Connection, seq: int, now: float) -> str:
     """Record a heartbeat of a running run; returns the run's status either way."""
     conn.execute(
         update(runs)
-        .where(runs.c.seq == seq, runs.c.status == "running")
+        .where(runs.c.seq == seq, runs.c.status == RUNNING)
         .values(last_heartbeat_at=now)
     )
     return conn.execute(select(runs.c.status).where(runs.c.seq == seq)).scalar_one()
@@ -282,7 +347,7 @@ def stale_error(
     counts from `listening_since` at the earliest (when this server started): heartbeats sent
     while the server was down are not the run's fault.
     """
-    if run["status"] != "running":
+    if run["status"] != RUNNING:
         return None
     last = max(run["last_heartbeat_at"] or run["created_at"], listening_since)
     if now - last <= timeout:
@@ -300,9 +365,16 @@ def crash_stale(
     seq: int | None = None,
     listening_since: float = 0.0,
 ) -> int:
-    """Mark running runs silent past `timeout` as crashed (one run, or all); returns how many."""
-    query = select(runs.c.seq, runs.c.status, runs.c.created_at, runs.c.last_heartbeat_at).where(
-        runs.c.status == "running"
+    """
+    Mark running runs silent past `timeout` as crashed (one run, or all); returns how many this
+    call crashed. Safe on every replica at once: the candidate rows are locked, skipping those
+    another sweep holds (PostgreSQL), and the update is a compare-and-set from running, so a
+    run is crashed exactly once. Silence counts from `listening_since` at the earliest.
+    """
+    query = (
+        select(runs.c.seq, runs.c.status, runs.c.created_at, runs.c.last_heartbeat_at)
+        .where(runs.c.status == RUNNING)
+        .with_for_update(skip_locked=True)
     )
     if seq is not None:
         query = query.where(runs.c.seq == seq)
@@ -313,8 +385,8 @@ def crash_stale(
             continue
         crashed += conn.execute(
             update(runs)
-            .where(runs.c.seq == row["seq"], runs.c.status == "running")
-            .values(status="crashed", error=message, finished_at=now, updated_at=now)
+            .where(runs.c.seq == row["seq"], runs.c.status == RUNNING)
+            .values(status=RunStatus.CRASHED.value, error=message, finished_at=now, updated_at=now)
         ).rowcount
     return crashed
 
@@ -336,7 +408,7 @@ def _json_or_null(value: Any, field: str) -> str | None:
 def require_running_or_grace(run: dict[str, Any], now: float, grace: float) -> None:
     """409 for an upload to a run finished longer than `grace` seconds ago."""
     finished = run["finished_at"]
-    if run["status"] != "running" and finished is not None and now - finished > grace:
+    if run["status"] != RUNNING and finished is not None and now - finished > grace:
         raise ApiError(
             409,
             "run_finished",

@@ -3,7 +3,8 @@ The metadata schema, as SQLAlchemy Core tables for queries. The migrations in `m
 create it; a change here needs a new numbered migration.
 
 - runs: one row per run. `seq` is the integer key every other table uses (and the keyset of
-  newest-first listing); `id` is the public id. JSON columns hold text written with orjson.
+  newest-first listing); `id` is the public id, unique within its team (migration 0008). JSON
+  columns hold text written with orjson.
 - metric_points: one row per (metric key, step), clustered on that key (WITHOUT ROWID on
   SQLite), so a series is one contiguous range scan.
 - metric_blocks: per key, the count/min/max/last of every aligned block of BLOCK_SIZES[level]
@@ -18,6 +19,10 @@ create it; a change here needs a new numbered migration.
 - prime_environments / prime_objects: what the Prime wire (server/prime/) keeps beyond runs,
   metrics and episodes: environment ids handed out by the hub calls, and the eval sample rows
   and training Parquet objects stored in the blob store, one row per object.
+- sessions (migration 0008): dashboard sign-ins, by the SHA-256 of the cookie's token.
+- log_lines / log_totals (migration 0007): what a run's processes printed, one row per line at
+  its byte offset in the run's output, and per run what was received and what was dropped from
+  the middle to stay within the server's bound (store/logs.py).
 - episode_search (migration 0006): the full-text index of rollouts; its shape differs by
   dialect (FTS5 / tsvector), so it is not a Table here: store/search.py writes its SQL.
 """
@@ -44,6 +49,8 @@ __all__ = [
     "annotations",
     "api_keys",
     "episodes",
+    "log_lines",
+    "log_totals",
     "metadata",
     "metric_blocks",
     "metric_keys",
@@ -56,6 +63,7 @@ __all__ = [
     "runs",
     "segments",
     "server_meta",
+    "sessions",
     "teams",
 ]
 
@@ -91,11 +99,24 @@ api_keys = Table(
     Column("revoked_at", Float),
 )
 
+# A dashboard sign-in (migration 0008): the SHA-256 of the cookie's token, the key it was opened
+# with (a revoked key ends it) and that key's team, and when it expires.
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("token_hash", String(64), primary_key=True),
+    Column("key_id", Integer, nullable=False),
+    Column("team_id", String(128), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Index("ix_sessions_expires", "expires_at"),
+)
+
 runs = Table(
     "runs",
     metadata,
     Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("id", String(64), nullable=False, unique=True),
+    Column("id", String(64), nullable=False),
     Column("team_id", String(128), nullable=False),
     Column("create_key", String(256)),
     Column("kind", String(16), nullable=False),
@@ -118,6 +139,8 @@ runs = Table(
     Column("notes", Text),
     Column("group_name", String(256)),
     UniqueConstraint("team_id", "create_key", name="uq_runs_team_create_key"),
+    UniqueConstraint("team_id", "id", name="uq_runs_team_id"),
+    Index("ix_runs_id", "id"),
     Index("ix_runs_team_seq", "team_id", "seq"),
     Index("ix_runs_status", "status"),
     Index("ix_runs_team_group", "team_id", "group_name"),
@@ -229,6 +252,31 @@ annotations = Table(
     # (episode, step): the trained step of an episode is read from the index alone.
     Index("ix_annotations_run_episode", "run_seq", "episode_id", "step"),
     Index("ix_annotations_run_step", "run_seq", "step", "episode_id"),
+)
+
+log_lines = Table(
+    "log_lines",
+    metadata,
+    Column("run_seq", Integer, primary_key=True),
+    Column("offset", BigInteger, primary_key=True),  # bytes of the run's output before it
+    Column("size", Integer, nullable=False),  # its bytes (UTF-8, with its newline)
+    Column("ts", Float, nullable=False),
+    Column("stream", String(32), nullable=False),  # stdout | stderr | traceback | ...
+    Column("source", String(128), nullable=False),  # the process: main, or a component
+    Column("line", Text, nullable=False),
+    Index("ix_log_lines_run_stream", "run_seq", "stream", "offset"),
+    sqlite_with_rowid=False,
+)
+
+log_totals = Table(
+    "log_totals",
+    metadata,
+    Column("run_seq", Integer, primary_key=True),
+    Column("lines", BigInteger, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("dropped_lines", BigInteger, nullable=False),
+    Column("dropped_bytes", BigInteger, nullable=False),
+    Column("gap_offset", BigInteger),  # where the dropped middle begins
 )
 
 receipts = Table(

@@ -1,15 +1,20 @@
 """
 Store: every metadata read and write the server makes, as awaitable methods.
 
-    store = Store.open(settings.database_url, heartbeat_timeout=300)
+    store = Store.open(settings.sqlalchemy_url(), heartbeat_timeout=300)
     run, created = await store.create_run("team", {"id": ..., "kind": "eval"}, None)
     await store.ingest_metrics(run["seq"], key, points, rows=10)
     store.close()
 
-Each method is one transaction (db.py: writes serialized on one thread, reads on a pool). The
-SQL lives in the modules next to this one, one per concern; this class only sequences them. A
-run that is running but silent past the heartbeat timeout is marked crashed when it is read,
-as well as by the server's periodic sweep, so the rule holds whichever replica answers.
+Each method is one transaction (db.py). The SQL lives in the modules next to this one, one
+per concern; this class only sequences them. A run that is running but silent past the
+heartbeat timeout is marked crashed when it is read, as well as by the server's periodic
+sweep, so the rule holds whichever replica answers.
+
+Bulk uploads take the run's write lock (sql.lock_run) before checking their receipt, so on
+PostgreSQL a replay racing its first attempt on another replica waits for it and then answers
+its receipt; the receipts' primary key is the last line of defence (a duplicate rolls the
+whole upload back). Either way nothing is stored twice.
 """
 
 from __future__ import annotations
@@ -19,12 +24,25 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from . import episodes, keys, metric_times, metrics, prime, rewards, runs, search, timeline
+from . import (
+    episodes,
+    keys,
+    logs,
+    metric_times,
+    metrics,
+    prime,
+    rewards,
+    runs,
+    search,
+    sessions,
+    timeline,
+)
 from .annotations import add as add_annotations
 from .annotations import of_episode as annotations_of_episode
 from .annotations import page as annotations_page
 from .db import Database
 from .receipts import get_receipt, put_receipt
+from .sql import lock_run
 
 __all__ = ["Store"]
 
@@ -38,9 +56,16 @@ class Store:
         self.secret: bytes = db.write_sync(keys.server_secret)
 
     @classmethod
-    def open(cls, url: str, heartbeat_timeout: float = 300.0, query_timeout: float = 30.0) -> Store:
+    def open(
+        cls,
+        url: str,
+        heartbeat_timeout: float = 300.0,
+        query_timeout: float = 30.0,
+        pool_size: int = 8,
+        pool_timeout: float = 10.0,
+    ) -> Store:
         """Connect, migrate to the newest schema, load the server secret."""
-        db = Database.open(url, query_timeout)
+        db = Database.open(url, query_timeout, pool_size, pool_timeout)
         try:
             return cls(db, heartbeat_timeout)
         except BaseException:
@@ -53,18 +78,26 @@ class Store:
     # -- runs -------------------------------------------------------------------------------
 
     async def create_run(
-        self, team_id: str, fields: dict[str, Any], create_key: str | None
+        self,
+        team_id: str,
+        fields: dict[str, Any],
+        create_key: str | None,
+        ids_per_team: bool = True,
     ) -> tuple[dict[str, Any], bool]:
         run, created = await self.db.write(
-            runs.create_run, team_id, fields, create_key, time.time()
+            runs.create_run, team_id, fields, create_key, time.time(), ids_per_team
         )
         if not created:
             run = await self._fresh(run)
         return run, created
 
-    async def get_run(self, run_id: str) -> dict[str, Any] | None:
-        run = await self.db.read(runs.get_run, run_id)
+    async def get_run(self, run_id: str, team_id: str | None = None) -> dict[str, Any] | None:
+        """Run `run_id` of `team_id` (None: of any team, the first made with that id)."""
+        run = await self.db.read(runs.get_run, run_id, team_id)
         return await self._fresh(run) if run is not None else None
+
+    async def run_teams(self, run_id: str) -> list[tuple[int, str]]:
+        return await self.db.read(runs.run_teams, run_id)
 
     async def list_runs(self, **filters: Any) -> list[dict[str, Any]]:
         page = await self.db.read(lambda conn: runs.list_runs(conn, **filters))
@@ -110,7 +143,7 @@ class Store:
         return await self._reread(run)
 
     async def _reread(self, run: dict[str, Any]) -> dict[str, Any]:
-        fresh = await self.db.read(runs.get_run, run["id"])
+        fresh = await self.db.read(runs.get_run_by_seq, run["seq"])
         assert fresh is not None  # runs are never deleted
         return fresh
 
@@ -118,6 +151,28 @@ class Store:
 
     async def team_of_key(self, key: str) -> tuple[int, str] | None:
         return await self.db.read(keys.team_of_key, key)
+
+    # -- dashboard sessions -----------------------------------------------------------------
+
+    async def open_session(
+        self, token_hash: str, key_id: int, team_id: str, lifetime: float
+    ) -> float:
+        """Store a session; returns when it expires."""
+        now = time.time()
+        expires_at = now + lifetime
+        await self.db.write(sessions.open_session, token_hash, key_id, team_id, now, expires_at)
+        return expires_at
+
+    async def session(self, token_hash: str) -> tuple[int, str, float] | None:
+        """(key id, team, expires at) of a live session, else None."""
+        return await self.db.read(sessions.session_caller, token_hash, time.time())
+
+    async def session_caller(self, token_hash: str) -> tuple[int, str] | None:
+        found = await self.session(token_hash)
+        return (found[0], found[1]) if found else None
+
+    async def close_session(self, token_hash: str) -> None:
+        await self.db.write(sessions.close_session, token_hash)
 
     # -- bulk uploads -----------------------------------------------------------------------
 
@@ -134,6 +189,7 @@ class Store:
         """Merge the points and store the receipt, unless `key` was stored already."""
 
         def write(conn: Connection) -> dict[str, Any]:
+            lock_run(conn, run_seq)
             prior = get_receipt(conn, run_seq, "metrics", key)
             if prior is not None:
                 return prior
@@ -157,6 +213,7 @@ class Store:
         stored already (then the blob just written stays unreferenced)."""
 
         def write(conn: Connection) -> dict[str, Any]:
+            lock_run(conn, run_seq)
             prior = get_receipt(conn, run_seq, stream, key)
             if prior is not None:
                 return prior
@@ -174,6 +231,7 @@ class Store:
         """Append the annotations and store the receipt, unless `key` was stored already."""
 
         def write(conn: Connection) -> dict[str, Any]:
+            lock_run(conn, run_seq)
             prior = get_receipt(conn, run_seq, "annotations", key)
             if prior is not None:
                 return prior
@@ -191,7 +249,31 @@ class Store:
 
         return await self.db.write(write)
 
+    async def ingest_logs(
+        self, run_seq: int, key: str, rows: list[dict[str, Any]], max_bytes: int
+    ) -> dict[str, Any]:
+        """Append console lines (store/logs.py) and store the receipt, unless `key` was stored
+        already."""
+
+        def write(conn: Connection) -> dict[str, Any]:
+            lock_run(conn, run_seq)
+            prior = get_receipt(conn, run_seq, "logs", key)
+            if prior is not None:
+                return prior
+            logs.append(conn, run_seq, rows, max_bytes)
+            receipt = {"status": "committed", "lines": len(rows), "receipt": key}
+            put_receipt(conn, run_seq, "logs", key, receipt, time.time())
+            return receipt
+
+        return await self.db.write(write)
+
     # -- reads ------------------------------------------------------------------------------
+
+    async def log_page(self, run_seq: int, **query: Any) -> list[dict[str, Any]]:
+        return await self.db.read(lambda conn: logs.page(conn, run_seq, **query))
+
+    async def log_totals(self, run_seq: int) -> dict[str, Any]:
+        return await self.db.read(logs.totals, run_seq)
 
     async def annotations_of(self, run_seq: int, episode_id: str) -> list[dict[str, Any]]:
         return await self.db.read(annotations_of_episode, run_seq, episode_id)
@@ -263,8 +345,8 @@ class Store:
             )
         )
 
-    async def segment_keys(self, run_seq: int, stream: str) -> list[str]:
-        return await self.db.read(episodes.segment_keys, run_seq, stream)
+    async def segments_of(self, run_seq: int, stream: str) -> list[tuple[str, int]]:
+        return await self.db.read(episodes.segments_of, run_seq, stream)
 
     # -- the Prime wire (server/prime/; SQL in prime.py) ------------------------------------
 
@@ -361,14 +443,24 @@ class Store:
     async def places(self, seqs: list[int]) -> dict[int, dict[str, Any]]:
         return await self.db.read(search.places, seqs)
 
-    async def step_rewards(self, run_seq: int, stream: str, step: int) -> dict[str, Any]:
-        return await self.db.read(rewards.step_rewards, run_seq, stream, step)
+    async def step_rewards(
+        self, run_seq: int, stream: str, step: int, **query: Any
+    ) -> dict[str, Any]:
+        return await self.db.read(
+            lambda conn: rewards.step_rewards(conn, run_seq, stream, step, **query)
+        )
 
     async def reward_quantiles(
-        self, run_seq: int, stream: str, step_min: int | None, step_max: int | None, max_points: int
+        self,
+        run_seq: int,
+        stream: str,
+        step_min: int | None,
+        step_max: int | None,
+        max_points: int,
+        kind: str | None = None,
     ) -> dict[str, list[Any]]:
         return await self.db.read(
-            rewards.reward_quantiles, run_seq, stream, step_min, step_max, max_points
+            rewards.reward_quantiles, run_seq, stream, step_min, step_max, max_points, kind
         )
 
     async def timeline(self, run_seq: int, points: int) -> dict[str, list[Any]]:

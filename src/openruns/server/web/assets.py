@@ -6,7 +6,9 @@ Static assets of the dashboard, all from installed packages (the dashboard works
   at once;
 - Plotly's bundle, `plotly.min.js` from the data of the installed `plotly` package (nothing is
   copied into this repository), at a URL that names the package version, so it is cached for a
-  year;
+  year; and beside it the stylesheet Plotly would otherwise inject as an inline <style> (which
+  the pages' Content-Security-Policy forbids), generated from the same bundle's rule table:
+  pages link it as `#plotly.js-style-global.no-inline-styles`, Plotly's own switch for that;
 - the Pygments stylesheet of the config view, generated.
 
 Each body is read and gzipped once, on first request (Plotly's 4.8 MB bundle is ~1.4 MB
@@ -19,6 +21,7 @@ import gzip
 import hashlib
 import importlib.metadata
 import importlib.util
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +35,13 @@ from starlette.responses import Response
 from ..errors import not_found
 from .highlight import stylesheet
 
-__all__ = ["PLOTLY_URL", "router"]
+__all__ = [
+    "PLOTLY_CSS_URL",
+    "PLOTLY_URL",
+    "plotly_self_styled_ids",
+    "plotly_stylesheet",
+    "router",
+]
 
 router = APIRouter(include_in_schema=False)
 
@@ -48,6 +57,17 @@ def _plotly_version() -> str:
 
 
 PLOTLY_URL = f"/static/vendor/plotly-{_plotly_version()}.min.js"
+PLOTLY_CSS_URL = f"/static/vendor/plotly-{_plotly_version()}.css"
+# Plotly's rule table (src/css/_*.scss compiled into the bundle): {"X .modebar": "...", ...},
+# applied by a loop that replaces X and Y; the selectors and rules are quoted JS strings.
+_PLOTLY_RULES = re.compile(r'=\{("X,X div":.*?)\};for\(\w+ in \w+\)', re.S)
+_JS_STRING = r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\''
+_PLOTLY_RULE = re.compile(rf"({_JS_STRING}|[A-Za-z_$][\w$]*):({_JS_STRING}),?")
+# Modules bundled in Plotly that add their own <style> unless an element with its id exists
+# (maplibre's, for map traces, which the dashboard does not draw).
+_SELF_STYLED = re.compile(
+    r'if\(!document\.getElementById\("([\w-]+)"\)\)\{var [\w$]+=document\.createElement\("style"\)'
+)
 
 
 @dataclass(frozen=True)
@@ -84,6 +104,41 @@ def _plotly_bundle() -> bytes:
     return path.read_bytes()
 
 
+def plotly_stylesheet(bundle: str) -> str:
+    """The CSS Plotly's bundle would add at run time, as a stylesheet. ValueError when the
+    bundle does not hold the rule table in the expected form (a Plotly upgrade changed it)."""
+    found = _PLOTLY_RULES.search(bundle)
+    if found is None:
+        raise ValueError("no style rule table in plotly.min.js")
+    table = found.group(1)
+    rules = list(_PLOTLY_RULE.finditer(table))
+    if not rules or "".join(m.group(0) for m in rules) != table:
+        raise ValueError("plotly.min.js's style rule table has an unexpected form")
+    out = []
+    for match in rules:
+        selector, body = (_js_string(match.group(i)) for i in (1, 2))
+        selector = selector.replace(",", " ,", 1) if selector.startswith(",") else selector
+        selector = selector.replace("X", ".js-plotly-plot .plotly").replace("Y", ".plotly-notifier")
+        out.append(f"{selector}{{{body}}}")
+    return "\n".join(out) + "\n"
+
+
+def plotly_self_styled_ids() -> list[str]:
+    """Ids of the <style> elements modules inside Plotly's bundle add at load unless an element
+    with that id exists; a page puts an empty element there instead ([] without plotly)."""
+    try:
+        return _SELF_STYLED.findall(_plotly_bundle().decode())
+    except FileNotFoundError:
+        return []
+
+
+def _js_string(literal: str) -> str:
+    """The text of a quoted JS string, or a bare property name as it is."""
+    if literal[0] not in "'\"":
+        return literal
+    return re.sub(r"\\(.)", r"\1", literal[1:-1])
+
+
 def _respond(request: Request, asset: _Asset, cache_control: str) -> Response:
     headers = {"Cache-Control": cache_control, "ETag": asset.etag, "Vary": "Accept-Encoding"}
     if request.headers.get("if-none-match") == asset.etag:
@@ -102,6 +157,20 @@ async def plotly_js(request: Request) -> Response:
         raise not_found(
             "plotly is not installed; install the server extra: pip install 'openruns[server]'"
         ) from exc
+    return _respond(request, asset, _YEAR)
+
+
+@router.get(PLOTLY_CSS_URL)
+async def plotly_css(request: Request) -> Response:
+    try:
+        asset = await run_in_threadpool(
+            _load,
+            "plotly.css",
+            lambda: plotly_stylesheet(_plotly_bundle().decode()).encode(),
+            _TYPES[".css"],
+        )
+    except FileNotFoundError as exc:
+        raise not_found("plotly is not installed") from exc
     return _respond(request, asset, _YEAR)
 
 

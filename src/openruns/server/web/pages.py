@@ -10,6 +10,7 @@ data of its own and shows no more than the API would to the same caller:
     /runs/{run_id}/search?q=...        full-text search over the run's rollouts
     /compare?runs=a,b                  several runs' series overlaid
     /compare/episodes?run_a=&a=&...    two records side by side
+    /signin?next=/path                 paste an API key once (auth on): a session cookie
 
 Path parameters are never written into the HTML: the scripts read them from the location.
 """
@@ -23,21 +24,23 @@ from string import Template
 from fastapi import APIRouter
 from starlette.responses import HTMLResponse
 
-from .assets import PLOTLY_URL
+from .assets import PLOTLY_CSS_URL, PLOTLY_URL, plotly_self_styled_ids
 
 __all__ = ["router"]
 
 router = APIRouter(include_in_schema=False)
 
-# page -> (title, whether it draws charts)
+# page -> (title, its charts: "now" (Plotly's bundle loads with the page), "later" (the page
+# loads it after its table, charts.js loadPlotly), or None)
 _PAGES = {
-    "runs": ("Runs", False),
-    "run": ("Run", True),
-    "step": ("Step", True),
-    "episode": ("Episode", False),
-    "search": ("Search", False),
-    "compare": ("Compare runs", True),
-    "pair": ("Side by side", False),
+    "runs": ("Runs", None),
+    "run": ("Run", "now"),
+    "step": ("Step", "later"),
+    "episode": ("Episode", None),
+    "search": ("Search", None),
+    "compare": ("Compare runs", "now"),
+    "pair": ("Side by side", None),
+    "signin": ("Sign in", None),
 }
 
 
@@ -50,7 +53,20 @@ def render(page: str) -> str:
     title, charts = _PAGES[page]
     # async: the page's own script shows the header and tables while Plotly's 4.8 MB bundle is
     # still compiling; charts wait for it (charts.js, plotlyReady).
-    scripts = f'<script async id="plotly" src="{PLOTLY_URL}"></script>\n' if charts else ""
+    # Plotly's styles as a stylesheet: the element id and class tell Plotly not to inject them
+    # inline, and empty elements stand where bundled modules would add their own <style> (the
+    # Content-Security-Policy allows no inline style; see assets.py).
+    scripts = ""
+    if charts is not None:
+        scripts = (
+            f'<link id="plotly.js-style-global" class="no-inline-styles" rel="stylesheet" '
+            f'href="{PLOTLY_CSS_URL}">\n'
+            + "".join(f'<template id="{i}"></template>\n' for i in plotly_self_styled_ids())
+        )
+    if charts == "now":
+        scripts += f'<script async id="plotly" src="{PLOTLY_URL}"></script>\n'
+    elif charts == "later":
+        scripts += f'<meta name="plotly" content="{PLOTLY_URL}">\n'
     scripts += f'<script type="module" src="/static/{page}.js"></script>'
     return Template(_template("base.html")).substitute(
         title=title, page=page, body=_template(f"{page}.html"), scripts=scripts
@@ -76,7 +92,7 @@ async def step_page(run_id: str, step: int) -> HTMLResponse:
     return _page("step")
 
 
-@router.get("/runs/{run_id}/episodes/{episode_id}")
+@router.get("/runs/{run_id}/episodes/{episode_id:path}")  # ids may hold "/" (gsm8k/12)
 async def episode_page(run_id: str, episode_id: str) -> HTMLResponse:
     return _page("episode")
 
@@ -94,3 +110,8 @@ async def compare_page() -> HTMLResponse:
 @router.get("/compare/episodes")
 async def pair_page() -> HTMLResponse:
     return _page("pair")
+
+
+@router.get("/signin")
+async def signin_page() -> HTMLResponse:
+    return _page("signin")

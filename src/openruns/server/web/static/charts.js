@@ -11,25 +11,42 @@
 // the raw series drawn faint behind; a log y axis; the x axis by step, wall time or time
 // since the run started (a step's time is interpolated between the run's /timeline anchors).
 //
-// ChartGrid lays charts out in groups by key prefix ("train/loss" -> "train") and loads every
-// chart at once, several keys per request, drawing them one after another without blocking
+// TimeChart draws a key's rows logged without a step (time-keyed: `inference/*`, `system/*`)
+// against wall time (or time since the run's start), never mixed with step charts.
+//
+// ChartGrid lays charts out in sections (metrics by step, eval metrics by step, rows logged
+// without a step, system), each in groups by key prefix ("train/loss" -> "train"), and loads
+// every chart at once, several keys per request, drawing them one after another without blocking
 // the page: nothing waits to be scrolled to. BandChart draws the p10-p90 band and median of
 // the episodes' rewards per step.
 
-import { api, h, prefs } from "./common.js";
+import { api, formatTime, h, prefs } from "./common.js";
 
 export const COLORS = [
   "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
   "#17becf", "#8c564b", "#e377c2", "#3f51b5", "#bcbd22",
 ];
 
-// Plotly's bundle loads async (pages.py); charts draw once it has run.
-export const plotlyReady = new Promise((resolve, reject) => {
-  const script = document.getElementById("plotly");
-  if (window.Plotly || !script) resolve();
-  script?.addEventListener("load", () => resolve());
-  script?.addEventListener("error", () => reject(new Error("could not load Plotly's bundle")));
-});
+// Plotly's bundle loads async (pages.py); charts draw once it has run. A page that draws its
+// chart after its table (the step page) names the bundle in <meta name="plotly"> instead, and
+// loadPlotly() fetches it when asked: its evaluation (~1.3 s of main thread here) then does not
+// hold up the table.
+let plotlyLoading = null;
+export function loadPlotly() {
+  plotlyLoading ??= new Promise((resolve, reject) => {
+    if (window.Plotly) return resolve();
+    let script = document.getElementById("plotly");
+    if (!script) {
+      const src = document.querySelector('meta[name="plotly"]')?.content;
+      if (!src) return reject(new Error("this page has no charts"));
+      script = h("script", { id: "plotly", src, async: true });
+      document.head.append(script);
+    }
+    script.addEventListener("load", () => resolve());
+    script.addEventListener("error", () => reject(new Error("could not load Plotly's bundle")));
+  });
+  return plotlyLoading;
+}
 
 const MARGIN = { l: 56, r: 12, t: 30, b: 34 };
 const ZOOM_DEBOUNCE_MS = 150;
@@ -215,7 +232,7 @@ export class SeriesChart {
 
   // Data read elsewhere (the grid's batched reads of the whole range).
   async accept(answers) {
-    await plotlyReady;
+    await loadPlotly();
     answers.forEach((answer, i) => this.take(this.sources[i].runId, answer.series));
     this.downsampled = answers.some((a) => a.downsampled);
     this.loaded = true;
@@ -237,7 +254,7 @@ export class SeriesChart {
       return this.loading;
     }
     this.loading = (async () => {
-      const range = this.zoom ? { step_min: this.zoom[0], step_max: this.zoom[1] } : {};
+      const range = this.rangeParams();
       const answers = await Promise.all(this.sources.map((s) => this.fetch(s.runId, range)));
       await this.accept(answers);
     })();
@@ -250,6 +267,15 @@ export class SeriesChart {
       this.again = false;
       await this.load();
     }
+  }
+
+  rangeParams() {
+    return this.zoom ? { step_min: this.zoom[0], step_max: this.zoom[1] } : {};
+  }
+
+  // What hovering a point says of its x: its step.
+  hoverX() {
+    return { customdata: (s) => s.step, text: "step %{customdata}" };
   }
 
   // The last step this chart knows of (drawn, or past the zoomed-in range): where live reads
@@ -346,11 +372,13 @@ export class SeriesChart {
           legendgroup: source.runId, hovertemplate: `${label} min %{y:.4g}<extra></extra>`,
         });
       }
+      const at = this.hoverX();
+      const custom = at.customdata(s, source);
       const raw = {
         x, y: s.value, name: label, meta: "value", legendgroup: source.runId,
         mode: s.step.length <= 60 ? "lines+markers" : "lines",
         line: { color: source.color, width: 1.6 }, marker: { size: 4, color: source.color },
-        customdata: s.step, hovertemplate: `${label}: %{y:.4g} (step %{customdata})<extra></extra>`,
+        customdata: custom, hovertemplate: `${label}: %{y:.4g} (${at.text})<extra></extra>`,
       };
       if (!smoothing) {
         traces.push(raw);
@@ -363,8 +391,8 @@ export class SeriesChart {
       });
       traces.push({
         x, y: ema(s.value, smoothing), name: label, meta: "smoothed", legendgroup: source.runId, mode: "lines",
-        line: { color: source.color, width: 2 }, customdata: s.step,
-        hovertemplate: `${label} smoothed: %{y:.4g} (step %{customdata})<extra></extra>`,
+        line: { color: source.color, width: 2 }, customdata: custom,
+        hovertemplate: `${label} smoothed: %{y:.4g} (${at.text})<extra></extra>`,
       });
     }
     return traces;
@@ -388,6 +416,10 @@ export class SeriesChart {
     return [lo - pad, hi + pad];
   }
 
+  xType() {
+    return settings.xAxis === "wall" && this.timed() ? "date" : "linear";
+  }
+
   render() {
     const layout = {
       title: { text: plotlyText(this.title), font: { size: 13 }, x: 0, xanchor: "left", xref: "paper" },
@@ -398,7 +430,7 @@ export class SeriesChart {
       legend: { orientation: "h", y: -0.2 },
       xaxis: {
         title: { text: this.xTitle(), standoff: 4 }, zeroline: false,
-        type: settings.xAxis === "wall" && this.timed() ? "date" : "linear",
+        type: this.xType(),
       },
       yaxis: {
         zeroline: false, automargin: true, exponentformat: "e", range: this.flatRange(),
@@ -421,6 +453,12 @@ export class SeriesChart {
     this.container.dataset.drawn = "true";
   }
 
+  // The step of a clicked point (the step marker), or null.
+  clickedStep(point) {
+    const step = point?.customdata ?? point?.x;
+    return Number.isFinite(step) ? step : null;
+  }
+
   listen() {
     let timer = null;
     this.plot.on("plotly_relayout", (event) => {
@@ -434,8 +472,8 @@ export class SeriesChart {
       timer = setTimeout(() => this.zoomTo(range === "all" ? range : this.stepRange(range)), ZOOM_DEBOUNCE_MS);
     });
     this.plot.on("plotly_click", (event) => {
-      const step = event.points?.[0]?.customdata ?? event.points?.[0]?.x;
-      if (this.onStep && Number.isFinite(step)) this.onStep(step);
+      const step = this.clickedStep(event.points?.[0]);
+      if (this.onStep && step !== null) this.onStep(step);
     });
   }
 
@@ -470,10 +508,106 @@ export class SeriesChart {
   }
 }
 
-// p10-p90 of the episodes' rewards per step as a band, the median as a line, per run.
+// Time-keyed series in the shape step series have: their timestamps where the steps are.
+export function timeAsSteps(series) {
+  return series ? { step: series.ts, value: series.value, min: series.min, max: series.max } : emptySeries();
+}
+
+const NO_STEPS = "9223372036854775807"; // step_min past every step: a read of time-keyed rows only
+
+// One key's rows logged without a step, against wall time, or time since the run started
+// (the chart settings' "time since start"; a step axis shows wall time here).
+export class TimeChart extends SeriesChart {
+  async fetch(runId, params) {
+    const body = await api(`/runs/${encodeURIComponent(runId)}/metrics`, {
+      keys: this.key, max_points: this.width(), step_min: NO_STEPS, ...params,
+    });
+    return { series: timeAsSteps(body.time[this.key]), downsampled: body.downsampled };
+  }
+
+  rangeParams() {
+    return this.zoom ? { ts_min: this.zoom[0], ts_max: this.zoom[1] } : {};
+  }
+
+  hoverX() {
+    return { customdata: (s) => s.step.map((t) => formatTime(t)), text: "%{customdata}" };
+  }
+
+  clickedStep() {
+    return null;
+  }
+
+  shapes() {
+    return [];
+  }
+
+  setMarker() {} // steps are not on a time axis
+
+  timed() {
+    return true;
+  }
+
+  relative() {
+    return settings.xAxis === "relative";
+  }
+
+  // When a source's clock starts: its run's start, else its first row.
+  origin(source) {
+    return source.start ?? this.data.get(source.runId).step[0] ?? 0;
+  }
+
+  xs(source, ts) {
+    if (!this.relative()) return ts.map((t) => new Date(t * 1000));
+    const origin = this.origin(source);
+    const scale = this.timeScale().seconds;
+    return ts.map((t) => (t - origin) / scale);
+  }
+
+  timeScale() {
+    let span = 0;
+    for (const source of this.sources) {
+      const ts = this.data.get(source.runId).step;
+      if (ts.length) span = Math.max(span, ts[ts.length - 1] - this.origin(source));
+    }
+    if (span > 3 * 3600) return { seconds: 3600, unit: "hours" };
+    if (span > 120) return { seconds: 60, unit: "minutes" };
+    return { seconds: 1, unit: "seconds" };
+  }
+
+  xTitle() {
+    return this.relative() ? `${this.timeScale().unit} since start` : "wall time";
+  }
+
+  xType() {
+    return this.relative() ? "linear" : "date";
+  }
+
+  // A zoomed x range as epoch seconds.
+  stepRange([a, b]) {
+    if (!this.relative()) return [new Date(a).getTime() / 1000, new Date(b).getTime() / 1000];
+    const origin = this.origin(this.sources[0]);
+    const scale = this.timeScale().seconds;
+    return [a * scale + origin, b * scale + origin];
+  }
+
+  async zoomTo(range) {
+    if (range === "all") {
+      if (!this.zoom) return;
+      this.zoom = null;
+      return this.load();
+    }
+    const wasDownsampled = this.downsampled;
+    this.zoom = [range[0], range[1]];
+    if (wasDownsampled) await this.load();
+  }
+}
+
+// p10-p90 of the episodes' rewards per step as a band, the median as a line, per run; of the
+// episodes of the run's own kind (a training run's eval episodes are not training rewards).
 export class BandChart extends SeriesChart {
   async fetch(runId) {
-    const body = await api(`/runs/${encodeURIComponent(runId)}/rewards/quantiles`, { max_points: this.width() });
+    const kind = this.sources.find((s) => s.runId === runId)?.kind;
+    const body = await api(`/runs/${encodeURIComponent(runId)}/rewards/quantiles`, { max_points: this.width(), kind });
     return { series: body, downsampled: false };
   }
 
@@ -516,6 +650,34 @@ function groupOf(key) {
   return slash > 0 ? key.slice(0, slash) : "(no prefix)";
 }
 
+// The sections of a grid, in page order, and their titles.
+const SECTIONS = {
+  train: "Metrics by step",
+  eval: "Eval metrics by step (eval/…)",
+  time: "Logged without a step, by wall time",
+  system: "System (CPU, memory, disk, network, GPU), by wall time",
+};
+
+// Where a metric is drawn: [section, group]. Rows logged without a step never share a chart
+// or a group with step series; eval metrics (eval/<env>/...) are grouped apart from training
+// ones, by environment; system metrics (system/<kind>/...) by kind.
+export function placeOf(key, axis) {
+  if (axis === "time") {
+    if (key.startsWith("system/")) return ["system", groupOf(key.slice(7))];
+    return ["time", groupOf(key)];
+  }
+  if (key.startsWith("eval/")) {
+    const rest = key.slice(5);
+    return ["eval", rest.includes("/") ? `eval/${groupOf(rest)}` : "eval"];
+  }
+  return ["train", groupOf(key)];
+}
+
+// A chart's id in a grid: its key, or "time:<key>" for its rows logged without a step.
+export function chartId(key, axis = "step") {
+  return axis === "time" ? `time:${key}` : key;
+}
+
 function slug(text) {
   return text.replace(/[^A-Za-z0-9_-]+/g, "-");
 }
@@ -523,14 +685,14 @@ function slug(text) {
 const yieldToPage = () => new Promise((resolve) => setTimeout(resolve, 0));
 
 export class ChartGrid {
-  // sources: [{runId, label, color}]; each gets its Timeline (for time axes).
+  // sources: [{runId, label, color, start}]; each gets its Timeline (for time axes).
   constructor(root, sources, { onStep } = {}) {
     this.root = root;
     this.sources = sources.map((s) => ({ ...s, timeline: new Timeline(s.runId) }));
     this.onStep = onStep;
-    this.charts = new Map(); // key -> SeriesChart
-    this.counts = new Map(); // key -> Map(runId -> points stored)
-    this.queue = []; // keys whose charts wait for their first read
+    this.charts = new Map(); // chart id -> SeriesChart or TimeChart
+    this.counts = new Map(); // chart id -> Map(runId -> points stored)
+    this.queue = []; // chart ids whose charts wait for their first read
     this.reading = 0;
     this.marker = null;
     this.bands = null;
@@ -544,19 +706,22 @@ export class ChartGrid {
     listeners.delete(this.onSettings);
   }
 
-  // Add a chart for each key not seen yet, in its prefix group, in name order, and read it.
-  // rows: [{key, count}] of one run (`runId`), as /metrics/keys gives them.
+  // Add a chart for each (key, axis) not seen yet, in its section and group, in name order,
+  // and read it. rows: [{key, axis, count}] of one run (`runId`), as /metrics/keys gives them.
   setKeys(rows, runId = this.sources[0].runId) {
     const fresh = [];
-    for (const { key, count } of [...rows].sort((a, b) => (a.key < b.key ? -1 : 1))) {
-      if (!this.counts.has(key)) this.counts.set(key, new Map());
-      this.counts.get(key).set(runId, count);
-      if (this.charts.has(key)) continue;
-      const box = this.figure(this.group(groupOf(key)), key);
-      const chart = new SeriesChart(box, key, this.sources, { onStep: this.onStep });
+    for (const { key, axis, count } of [...rows].sort((a, b) => (a.key < b.key ? -1 : 1))) {
+      const id = chartId(key, axis);
+      if (!this.counts.has(id)) this.counts.set(id, new Map());
+      this.counts.get(id).set(runId, count);
+      if (this.charts.has(id)) continue;
+      const [section, group] = placeOf(key, axis);
+      const box = this.figure(this.group(section, group), key, axis);
+      const Chart = axis === "time" ? TimeChart : SeriesChart;
+      const chart = new Chart(box, key, this.sources, { onStep: this.onStep });
       chart.marker = this.marker;
-      this.charts.set(key, chart);
-      fresh.push(key);
+      this.charts.set(id, chart);
+      fresh.push(id);
     }
     for (const group of this.root.querySelectorAll(".group")) {
       group.querySelector(".count").textContent = `(${group.querySelector(".charts").children.length})`;
@@ -565,8 +730,8 @@ export class ChartGrid {
     this.pump();
   }
 
-  figure(body, key) {
-    const box = h("figure", { class: "chart", "aria-label": `chart of ${key}`, dataset: { key } }, h("div", { class: "plot" }));
+  figure(body, key, axis = "step") {
+    const box = h("figure", { class: "chart", "aria-label": `chart of ${key}`, dataset: { key, axis } }, h("div", { class: "plot" }));
     const later = [...body.children].find((el) => el.dataset.key > key);
     body.insertBefore(box, later || null);
     return box;
@@ -575,7 +740,7 @@ export class ChartGrid {
   // The reward bands of the episodes, in a group of their own at the top.
   addBands() {
     if (this.bands) return this.bands;
-    const group = this.group("rewards of episodes", true);
+    const group = this.group("train", "rewards of episodes", true);
     const box = this.figure(group, "episodes/reward quantiles");
     box.classList.add("bands");
     this.bands = new BandChart(box, "episodes/reward quantiles", this.sources, {
@@ -596,11 +761,11 @@ export class ChartGrid {
   // each chart draws as soon as its data is in, one at a time, letting the page breathe.
   pump() {
     while (this.reading < READS_IN_FLIGHT && this.queue.length) {
-      const keys = this.queue.splice(0, KEYS_PER_READ);
+      const ids = this.queue.splice(0, KEYS_PER_READ);
       this.reading += 1;
-      this.readKeys(keys)
+      this.readKeys(ids)
         .catch((error) => {
-          for (const key of keys) this.charts.get(key).plot.textContent = `could not load: ${error.message}`;
+          for (const id of ids) this.charts.get(id).plot.textContent = `could not load: ${error.message}`;
         })
         .finally(() => {
           this.reading -= 1;
@@ -609,32 +774,48 @@ export class ChartGrid {
     }
   }
 
-  async readKeys(keys) {
-    const width = this.charts.get(keys[0]).width();
+  // One read per run for several charts: step series come in `series`, rows logged without a
+  // step in `time` (a read of time-keyed charts only skips the step series).
+  async readKeys(ids) {
+    const width = this.charts.get(ids[0]).width();
+    const charts = ids.map((id) => this.charts.get(id));
+    const names = [...new Set(charts.map((c) => c.key))];
+    const onlyTime = charts.every((c) => c instanceof TimeChart);
     const bodies = await Promise.all(this.sources.map((s) => api(`/runs/${encodeURIComponent(s.runId)}/metrics`, {
-      keys: keys.join(","), max_points: width,
+      keys: names.join(","), max_points: width, step_min: onlyTime ? NO_STEPS : undefined,
     })));
     await this.timelines;
-    for (const key of keys) {
+    for (const id of ids) {
+      const chart = this.charts.get(id);
+      const timed = chart instanceof TimeChart;
       const answers = this.sources.map((s, i) => {
-        const series = bodies[i].series[key] || emptySeries();
-        const stored = this.counts.get(key)?.get(s.runId) ?? series.step.length;
+        const series = timed ? timeAsSteps(bodies[i].time[chart.key]) : bodies[i].series[chart.key] || emptySeries();
+        const stored = this.counts.get(id)?.get(s.runId) ?? series.step.length;
         return { series, downsampled: stored > series.step.length };
       });
-      await this.charts.get(key).accept(answers);
+      await chart.accept(answers);
       await yieldToPage();
     }
   }
 
-  group(name, first = false) {
-    const id = `group-${slug(name)}`;
-    let group = this.root.querySelector(`#${id}`);
+  // The section's element (created in page order), then the group's chart container.
+  group(section, name, first = false) {
+    let part = this.root.querySelector(`:scope > [data-section="${section}"]`);
+    if (!part) {
+      part = h("section", { class: "chart-section", dataset: { section }, "aria-label": SECTIONS[section] },
+        h("h3", { class: "section-title" }, SECTIONS[section]));
+      const order = Object.keys(SECTIONS);
+      const later = [...this.root.children].find((el) => order.indexOf(el.dataset.section) > order.indexOf(section));
+      this.root.insertBefore(part, later || null);
+    }
+    const id = `group-${slug(`${section}-${name}`)}`;
+    let group = part.querySelector(`#${id}`);
     if (!group) {
       group = h("details", { class: "group", id, open: true, dataset: { name } },
-        h("summary", {}, h("h3", {}, name), " ", h("span", { class: "count muted" })), h("div", { class: "charts" }));
-      const later = first ? this.root.firstElementChild
-        : [...this.root.children].find((el) => !el.id.startsWith("group-rewards") && el.dataset.name > name);
-      this.root.insertBefore(group, later || null);
+        h("summary", {}, h("h4", {}, name), " ", h("span", { class: "count muted" })), h("div", { class: "charts" }));
+      const groups = [...part.querySelectorAll(":scope > .group")];
+      const later = first ? groups[0] : groups.find((el) => !el.id.startsWith("group-train-rewards") && el.dataset.name > name);
+      part.insertBefore(group, later || null);
     }
     return group.querySelector(".charts");
   }
@@ -656,19 +837,21 @@ export class ChartGrid {
     return this.timelines;
   }
 
-  // {key: series} of one run, as the API returns them.
-  append(runId, seriesByKey) {
-    for (const [key, series] of Object.entries(seriesByKey)) this.charts.get(key)?.append(runId, series);
+  // {key: series} of one run, as the API returns them (`series`, or `time` with axis "time").
+  append(runId, seriesByKey, axis = "step") {
+    for (const [key, series] of Object.entries(seriesByKey)) {
+      this.charts.get(chartId(key, axis))?.append(runId, axis === "time" ? timeAsSteps(series) : series);
+    }
   }
 
-  // The last step drawn for `key` of `runId`, or -1 when that chart is not loaded yet.
-  lastStep(key, runId) {
-    const chart = this.charts.get(key);
+  // The last step (or time) drawn by chart `id` for `runId`, or -1 when it is not loaded yet.
+  lastStep(id, runId) {
+    const chart = this.charts.get(id);
     return chart?.loaded ? chart.lastStep(runId) : -1;
   }
 
-  isLoaded(key) {
-    return Boolean(this.charts.get(key)?.loaded);
+  isLoaded(id) {
+    return Boolean(this.charts.get(id)?.loaded);
   }
 
   setMarker(step) {

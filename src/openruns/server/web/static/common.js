@@ -1,8 +1,10 @@
-// Shared by every page: the API client (with the optional API key), polling, DOM building,
-// formatting, status badges and keyboard-navigable table rows. No dependencies.
+// Shared by every page: the API client, polling, DOM building, formatting, status badges and
+// keyboard-navigable table rows. No dependencies.
+//
+// Auth: the browser holds a session cookie (HttpOnly, set by signing in at /signin), never an
+// API key, so nothing here reads or stores credentials; a 401 sends the page to /signin.
 
 const API = "/api/v1";
-const KEY_STORAGE = "openruns.apiKey";
 
 export class ApiError extends Error {
   constructor(status, code, message) {
@@ -12,119 +14,85 @@ export class ApiError extends Error {
   }
 }
 
-function apiKey() {
-  try {
-    return localStorage.getItem(KEY_STORAGE);
-  } catch {
-    return null;
-  }
+// The session ended or never began: sign in, then come back here.
+function signIn() {
+  if (location.pathname === "/signin") return;
+  const here = location.pathname + location.search + location.hash;
+  location.assign(`/signin?next=${encodeURIComponent(here)}`);
 }
 
-function authHeaders() {
-  const key = apiKey();
-  return key ? { Authorization: `Bearer ${key}` } : {};
+async function failure(response) {
+  if (response.status === 401) signIn();
+  let code = "error";
+  let message = `${response.status} ${response.statusText}`;
+  try {
+    const body = await response.json();
+    code = body.error?.code ?? code;
+    message = body.error?.message ?? message;
+  } catch {
+    // not JSON: keep the status line
+  }
+  return new ApiError(response.status, code, message);
 }
 
 // GET a JSON (or text) resource. `path` is under /api/v1 unless it starts with "/ui/".
-// A 401 shows the key form; other errors throw ApiError with the server's message.
+// A 401 sends the page to /signin; other errors throw ApiError with the server's message.
 export async function api(path, params = {}, { text = false } = {}) {
   const url = new URL(path.startsWith("/ui/") ? path : API + path, location.origin);
   for (const [name, value] of Object.entries(params)) {
     if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, value);
   }
-  const response = await fetch(url, { headers: authHeaders() });
-  if (response.status === 401) askForKey();
-  if (!response.ok) {
-    let code = "error";
-    let message = `${response.status} ${response.statusText}`;
-    try {
-      const body = await response.json();
-      code = body.error?.code ?? code;
-      message = body.error?.message ?? message;
-    } catch {
-      // not JSON: keep the status line
-    }
-    throw new ApiError(response.status, code, message);
-  }
+  const response = await fetch(url);
+  if (!response.ok) throw await failure(response);
   if (response.status === 204) return null;
   return text ? response.text() : response.json();
 }
 
-// PATCH/POST/PUT a JSON body under /api/v1; errors as api() throws them.
+// PATCH/POST/PUT/DELETE a JSON body under /api/v1; errors as api() throws them.
 export async function apiSend(method, path, body) {
-  const response = await fetch(new URL(API + path, location.origin), {
-    method,
-    headers: { "Content-Type": "application/json", ...authHeaders() },
-    body: JSON.stringify(body),
-  });
-  if (response.status === 401) askForKey();
-  if (!response.ok) {
-    let message = `${response.status} ${response.statusText}`;
-    let code = "error";
-    try {
-      const answer = await response.json();
-      code = answer.error?.code ?? code;
-      message = answer.error?.message ?? message;
-    } catch {
-      // not JSON: keep the status line
-    }
-    throw new ApiError(response.status, code, message);
+  const init = { method, headers: {} };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
   }
-  return response.json();
+  const response = await fetch(new URL(API + path, location.origin), init);
+  if (!response.ok) throw await failure(response);
+  return response.status === 204 ? null : response.json();
 }
 
 export function apiUrl(path) {
   return API + path;
 }
 
-function askForKey() {
-  const banner = document.getElementById("auth");
-  if (!banner || !banner.hidden) return;
-  banner.hidden = false;
-  document.getElementById("auth-key").focus();
-}
-
-function setUpAuth() {
-  const form = document.getElementById("auth-form");
-  form?.addEventListener("submit", (event) => {
-    event.preventDefault();
-    localStorage.setItem(KEY_STORAGE, document.getElementById("auth-key").value.trim());
-    location.reload();
-  });
-  const forget = document.getElementById("forget-key");
-  if (forget && apiKey()) {
-    forget.hidden = false;
-    forget.addEventListener("click", () => {
-      localStorage.removeItem(KEY_STORAGE);
-      location.reload();
-    });
+// The header's "Sign out", when this browser is signed in (auth on).
+async function setUpSession() {
+  const box = document.getElementById("session");
+  if (!box) return;
+  try {
+    // A key kept by an older dashboard: no longer used, not to be left behind.
+    localStorage.removeItem("openruns.apiKey");
+  } catch {
+    // storage disabled: nothing kept
   }
+  const session = await api("/session");
+  if (!session.signed_in) return;
+  document.getElementById("session-team").textContent = `team ${session.team_id}`;
+  box.hidden = false;
+  document.getElementById("sign-out").addEventListener("click", async () => {
+    await apiSend("DELETE", "/session");
+    location.assign("/signin");
+  });
 }
 
-// Export links: plain links when no key is needed; with a key, the download goes through
-// fetch (a link cannot carry the Authorization header), so the file passes through memory.
+// Export links are plain links: the session cookie goes with them.
 export function downloadLink(href, label) {
-  const link = h("a", { href, download: "" }, label);
-  link.addEventListener("click", async (event) => {
-    if (!apiKey()) return;
-    event.preventDefault();
-    const response = await fetch(href, { headers: authHeaders() });
-    if (!response.ok) return showError(`download failed: ${response.status}`);
-    const name = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
-    const blobUrl = URL.createObjectURL(await response.blob());
-    const a = h("a", { href: blobUrl, download: name ? name[1] : "" });
-    document.body.append(a);
-    a.click();
-    a.remove();
-    URL.revokeObjectURL(blobUrl);
-  });
-  return link;
+  return h("a", { href, download: "" }, label);
 }
 
 export function showError(error) {
   const banner = document.getElementById("error");
   if (!banner) return;
-  if (error instanceof ApiError && error.status === 401) return; // the key form says it
+  if (error instanceof ApiError && error.status === 401) return; // on its way to /signin
   banner.textContent = error instanceof Error ? error.message : String(error);
   banner.hidden = false;
 }
@@ -152,7 +120,7 @@ export function poll(tick, ms) {
       else clearError();
     } catch (error) {
       showError(error);
-      // No key yet (the form is up), or nothing there: asking again will not help.
+      // Not signed in (on the way to /signin), or nothing there: asking again will not help.
       if (error instanceof ApiError && [401, 403, 404].includes(error.status)) stopped = true;
     }
     if (!stopped) timer = setTimeout(run, ms);
@@ -350,4 +318,4 @@ export function pathParts() {
   return location.pathname.split("/").filter(Boolean).map(decodeURIComponent);
 }
 
-setUpAuth();
+setUpSession().catch(showError);

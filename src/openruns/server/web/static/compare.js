@@ -53,7 +53,7 @@ async function rebuild() {
   state.grid = null;
   if (!state.runs.length) return;
   const palette = colors();
-  state.grid = new ChartGrid(root, state.runs.map((run) => ({ runId: run.id, label: runLabel(run), color: palette.get(run.id) })));
+  state.grid = new ChartGrid(root, state.runs.map((run) => ({ runId: run.id, label: runLabel(run), color: palette.get(run.id), kind: run.kind, start: run.created_at })));
   const steps = await Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/steps`)));
   if (steps.some((rows) => rows.some((row) => row.step !== null && row.avg_reward !== null))) state.grid.addBands();
   await refresh();

@@ -1,25 +1,47 @@
 // The episode page: one stored record drawn as chats (chat.js reads every common shape: a
 // verifiers episode or trace, OpenAI messages, prompt/completion lists or strings; anything
 // else as a JSON tree), with the previous and next records of its step (links and keys, in
-// the order and filters of the step page that led here), and a pin for the side-by-side view.
+// the order and filters of the step page that led here), the annotations other producers
+// (a trainer) logged about it, by producer, and a pin for the side-by-side view.
 
-import { api, fill, h, pathParts, prefs, runTitle, showError } from "./common.js";
+import { api, fill, formatNumber, formatTime, h, pathParts, prefs, runTitle, showError } from "./common.js";
 import { errorsList, readRecord, recordFacts, renderChat } from "./chat.js";
 import { json, jsonTree } from "./render.js";
 
-const [, runId, , episodeId] = pathParts();
+// The id is the rest of the path: an id may hold "/" (gsm8k/12), encoded or not.
+const [, runId, , ...idParts] = pathParts();
+const episodeId = idParts.join("/");
 const base = `/runs/${encodeURIComponent(runId)}`;
 const el = (id) => document.getElementById(id);
 const LIST_PAGES = 10; // of 1000 rows: how far the neighbours are looked for
+
+const by = new URLSearchParams(location.search).get("by") === "trained" ? "trained" : "dispatched";
 
 function stepOf(record) {
   return record.run?.work?.step ?? record.step ?? null;
 }
 
+function trainedStepOf(record) {
+  return record.annotations?.trained_step ?? null;
+}
+
+// The step this page belongs to: dispatched at, or trained at when the step page said so.
+function pageStep(record) {
+  return by === "trained" ? trainedStepOf(record) : stepOf(record);
+}
+
+function trainedFact(record) {
+  const trained = trainedStepOf(record);
+  if (trained === null) return null;
+  const dispatched = stepOf(record);
+  const lag = dispatched === null ? null : trained - dispatched;
+  return ["Trained at", h("span", {}, `step ${trained}`, lag ? [" ", h("span", { class: "badge off-policy" }, `off-policy: dispatched at step ${dispatched}`)] : null)];
+}
+
 function header(record, run, kind) {
-  const step = stepOf(record);
+  const step = pageStep(record);
   if (step !== null) {
-    el("step-link").textContent = `step ${step}`;
+    el("step-link").textContent = `step ${step}${by === "trained" ? " (trained at)" : ""}`;
     el("step-link").href = `${base}/steps/${step}${location.search}`;
   } else {
     el("step-link").replaceWith(h("span", {}, "no step"));
@@ -27,7 +49,7 @@ function header(record, run, kind) {
   const noun = { episode: "Episode", trace: "Trace", chat: "Chat", other: "Record" }[kind];
   fill(el("episode-header"),
     h("h1", {}, `${noun} `, h("code", {}, record.id || episodeId)),
-    h("dl", { class: "facts" }, recordFacts(record).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+    h("dl", { class: "facts" }, [...recordFacts(record), trainedFact(record)].filter(Boolean).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     kind === "episode" ? errorsList(record.errors, "Episode errors") : null,
     record.task ? h("details", { class: "task" }, h("summary", {}, `Task${record.task.type ? ` (${record.task.type})` : ""}`), jsonTree(record.task)) : null,
   );
@@ -43,6 +65,9 @@ async function neighbours(step) {
     env: params.get("env"),
     ok: params.get("ok"),
     stream: params.get("stream") || "episodes",
+    by,
+    kind: params.get("kind"),
+    subset: params.get("subset"),
     limit: 1000,
   };
   let ids = [];
@@ -99,6 +124,45 @@ function setUpPin(run) {
   setUpPinLabel();
 }
 
+// The annotations about this record, by producer, oldest first: what each said (its info, the
+// step it trained the record at, per-branch streams), as the fold above merged them.
+async function annotations(record) {
+  const section = el("annotations");
+  if (!record.annotations?.count) return;
+  const items = [];
+  let cursor = null;
+  do {
+    const page = await api(`${base}/annotations`, { episode_id: episodeId, limit: 1000, cursor });
+    items.push(...page.items);
+    cursor = page.next_cursor;
+  } while (cursor && items.length < 5000);
+  const producers = new Map();
+  for (const item of items) {
+    if (!producers.has(item.producer)) producers.set(item.producer, []);
+    producers.get(item.producer).push(item);
+  }
+  fill(section,
+    h("h2", {}, "Annotations ", h("span", { class: "muted" }, `(${formatNumber(items.length)} from ${[...producers.keys()].join(", ")})`)),
+    h("p", { class: "muted" }, "Facts other processes logged about this record after it was stored; the chats above show them merged in (newest last)."),
+    [...producers].map(([producer, rows]) => h("section", { class: "producer", dataset: { producer } },
+      h("h3", {}, producer),
+      h("table", { class: "grid annotations" },
+        h("thead", {}, h("tr", {}, ["Time", "Trained at", "About", "Info", "Branches"].map((name) => h("th", { scope: "col" }, name)))),
+        h("tbody", {}, rows.map((row) => h("tr", {},
+          h("td", {}, formatTime(row.ts)),
+          h("td", { class: "num" }, row.step ?? "—"),
+          h("td", {}, row.trace_id ? ["trace ", h("code", {}, row.trace_id)] : "the episode"),
+          h("td", {}, row.info && Object.keys(row.info).length ? jsonTree(row.info) : h("span", { class: "muted" }, "—")),
+          h("td", {}, (row.branches || []).length
+            ? `${row.branches.length} (${[...new Set(row.branches.flatMap((b) => Object.keys(b).filter((k) => k !== "index")))].join(", ")})`
+            : h("span", { class: "muted" }, "—")),
+        ))),
+      ),
+    )),
+  );
+  section.hidden = false;
+}
+
 async function main() {
   const [run, record] = await Promise.all([api(base), api(`${base}/episodes/${encodeURIComponent(episodeId)}`)]);
   el("run-link").textContent = runTitle(run);
@@ -116,7 +180,8 @@ async function main() {
   });
   setUpPin(run);
   setUpKeys();
-  const step = stepOf(record);
+  annotations(record).catch(showError);
+  const step = pageStep(record);
   if (step !== null) await neighbours(step);
 }
 

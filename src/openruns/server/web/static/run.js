@@ -1,7 +1,10 @@
-// The run page: header (status, error, loss counters), every metric charted by prefix with a
+// The run page, two tabs. Overview: header (status, error, loss counters), every metric charted
+// in sections (by step; eval; logged without a step, by wall time; system) and by prefix, with a
 // step slider and the chart settings (smoothing, log scale, x axis), the reward bands of the
 // episodes, the steps that have episodes, notes, tags and group (edited here), the summary,
-// the config as launched, exports, and a search box over the run's rollouts.
+// the config as launched, exports, and a search box over the run's rollouts; the steps table
+// reads a step as dispatched at or trained at, per kind, with its off-policy count. Logs: the
+// console output of the run's processes (logs.js), a failed run's traceback first.
 //
 // Live while the run is running (and for a while after it finishes, while late uploads are
 // still accepted): every POLL_MS it re-reads the run, the metric keys (one small row per key)
@@ -12,7 +15,8 @@ import {
   api, apiSend, fill, apiUrl, downloadLink, formatDuration, formatNumber, formatTime, h, linkRow, navigableRows,
   pathParts, poll, runDuration, runLabel, runTitle, showError, statusBadge, timeCell, envName,
 } from "./common.js";
-import { ChartGrid, runColors, settingsBar } from "./charts.js";
+import { ChartGrid, chartId, runColors, settingsBar } from "./charts.js";
+import { LogsView } from "./logs.js";
 
 const POLL_MS = 2000;
 const AFTER_FINISH_S = 90; // keep polling this long after the run finished (late uploads)
@@ -26,7 +30,7 @@ const base = `/runs/${encodeURIComponent(runId)}`;
 const state = {
   run: null,
   keys: new Map(), // key -> {last_step, last_value, count}
-  steps: new Map(), // step -> {count, avg_reward}
+  steps: new Map(), // step -> {count, avg_reward, off_policy}
   stepsShown: STEPS_SHOWN,
   maxStep: -1,
   signature: null, // of what the header and summary were last drawn from
@@ -38,6 +42,7 @@ const grid = new ChartGrid(
   { onStep: (step) => selectStep(step) },
 );
 document.getElementById("chart-settings").append(settingsBar());
+const logs = new LogsView(base);
 
 function renderHeader(run) {
   document.title = `${runTitle(run)} · openruns`;
@@ -72,7 +77,8 @@ function renderHeader(run) {
     run.error || ["failed", "crashed"].includes(run.status)
       ? h("div", { class: "error-box", role: "alert" },
         h("strong", {}, run.status === "crashed" ? "Crashed" : "Error"),
-        h("pre", { class: "error-text" }, run.error || "(no error message was reported)"))
+        h("pre", { class: "error-text" }, run.error || "(no error message was reported)"),
+        h("a", { href: "#logs", class: "to-logs" }, "The traceback and the last lines printed →"))
       : null,
     h("dl", { class: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     h("div", { class: lost ? "losses warn" : "losses", id: "losses" },
@@ -136,10 +142,11 @@ function renderSteps() {
     const counts = [
       h("td", { class: "num" }, formatNumber(row.count)),
       h("td", { class: "num" }, formatNumber(row.avg_reward)),
+      h("td", { class: row.off_policy ? "num off-policy" : "num muted" }, formatNumber(row.off_policy ?? 0)),
     ];
     // Records logged without a step have no step page (the API filters by a number).
     if (step === null) return h("tr", {}, h("td", {}, "(no step)"), counts);
-    const href = `${base}/steps/${step}`;
+    const href = `${base}/steps/${step}${stepsSearch()}`;
     return linkRow(href, [h("td", {}, h("a", { href, tabindex: "-1" }, `step ${step}`)), counts], {
       dataset: { step },
     });
@@ -200,14 +207,59 @@ function setUpSlider() {
     renderSteps();
   });
   navigableRows(document.querySelector("#steps-table tbody"));
+  for (const id of ["steps-by", "steps-kind"]) {
+    document.getElementById(id).addEventListener("change", () => {
+      state.steps.clear();
+      renderSteps();
+      pollSteps().catch(showError);
+    });
+  }
 }
 
-// New points of every charted key, in one request from the smallest step not yet drawn.
+// -- tabs: Overview and Logs (#logs in the URL) -----------------------------------------------
+
+function showTab(name) {
+  for (const tab of ["overview", "logs"]) {
+    const selected = tab === name;
+    const button = document.getElementById(`tab-${tab}`);
+    button.setAttribute("aria-selected", String(selected));
+    button.tabIndex = selected ? 0 : -1;
+    document.getElementById(`panel-${tab}`).hidden = !selected;
+  }
+  if (name === "logs" && state.run) logs.start(state.run).catch(showError);
+}
+
+function setUpTabs() {
+  const fromHash = () => showTab(location.hash === "#logs" ? "logs" : "overview");
+  for (const tab of ["overview", "logs"]) {
+    document.getElementById(`tab-${tab}`).addEventListener("click", () => {
+      history.replaceState(null, "", tab === "logs" ? "#logs" : location.pathname + location.search);
+      showTab(tab);
+    });
+  }
+  document.querySelector(".tabs").addEventListener("keydown", (event) => {
+    if (!["ArrowLeft", "ArrowRight"].includes(event.key)) return;
+    const next = document.getElementById("tab-overview").getAttribute("aria-selected") === "true" ? "logs" : "overview";
+    document.getElementById(`tab-${next}`).click();
+    document.getElementById(`tab-${next}`).focus();
+  });
+  window.addEventListener("hashchange", fromHash);
+  fromHash();
+}
+
+// New points of every charted key, one request per axis: step series from the smallest step
+// not yet drawn, rows logged without a step from the earliest last time drawn.
 async function pollMetrics() {
   const keys = await api(`${base}/metrics/keys`);
   const fresh = [];
+  const freshTimed = [];
   for (const row of keys) {
-    state.keys.set(row.key, row);
+    state.keys.set(chartId(row.key, row.axis), row);
+    if (row.axis === "time") {
+      const id = chartId(row.key, "time");
+      if (grid.isLoaded(id) && row.last_ts > grid.lastStep(id, runId)) freshTimed.push(row.key);
+      continue;
+    }
     state.maxStep = Math.max(state.maxStep, row.last_step);
     if (grid.isLoaded(row.key) && row.last_step > grid.lastStep(row.key, runId)) fresh.push(row.key);
   }
@@ -215,24 +267,50 @@ async function pollMetrics() {
   empty.hidden = keys.length > 0;
   empty.textContent = state.run?.status === "running" ? "No metrics yet." : "No metrics were logged.";
   grid.setKeys(keys);
-  if (!fresh.length) return;
-  const after = Math.min(...fresh.map((key) => grid.lastStep(key, runId))) + 1;
-  const width = grid.charts.get(fresh[0]).width();
-  const body = await api(`${base}/metrics`, { keys: fresh.join(","), step_min: after, max_points: width });
-  grid.append(runId, body.series);
+  const reads = [];
+  if (fresh.length) {
+    const after = Math.min(...fresh.map((key) => grid.lastStep(key, runId))) + 1;
+    const width = grid.charts.get(fresh[0]).width();
+    reads.push(api(`${base}/metrics`, { keys: fresh.join(","), step_min: after, max_points: width })
+      .then((body) => grid.append(runId, body.series)));
+  }
+  if (freshTimed.length) {
+    const since = Math.min(...freshTimed.map((key) => grid.lastStep(chartId(key, "time"), runId)));
+    const width = grid.charts.get(chartId(freshTimed[0], "time")).width();
+    reads.push(api(`${base}/metrics`, {
+      keys: freshTimed.join(","), ts_min: since, step_min: "9223372036854775807", max_points: width,
+    }).then((body) => grid.append(runId, body.time, "time")));
+  }
+  await Promise.all(reads);
+}
+
+// What a step is in the steps table (dispatched at or trained at) and which kind it counts.
+function stepsQuery() {
+  return { by: document.getElementById("steps-by").value, kind: document.getElementById("steps-kind").value };
+}
+
+// The step page's query string for the steps table's choice.
+function stepsSearch() {
+  const { by, kind } = stepsQuery();
+  const params = new URLSearchParams();
+  if (by !== "dispatched") params.set("by", by);
+  if (kind) params.set("kind", kind);
+  return params.size ? `?${params}` : "";
 }
 
 // Steps from a few before the last one held on: with asynchronous RL, episodes are indexed at
-// the step they were dispatched at and can land a few steps late.
+// the step they were dispatched at and can land a few steps late (and are trained later).
 async function pollSteps() {
   const held = [...state.steps.keys()].filter((s) => s !== null);
   const from = held.length ? Math.max(...held) - LATE_STEPS : undefined;
-  const rows = await api(`${base}/steps`, { step_min: from });
+  const query = stepsQuery();
+  const rows = await api(`${base}/steps`, { step_min: from, ...query });
+  if (JSON.stringify(query) !== JSON.stringify(stepsQuery())) return; // changed meanwhile
   let changed = false;
   for (const row of rows) {
     const before = state.steps.get(row.step);
-    if (!before || before.count !== row.count || before.avg_reward !== row.avg_reward) {
-      state.steps.set(row.step, { count: row.count, avg_reward: row.avg_reward });
+    if (!before || before.count !== row.count || before.avg_reward !== row.avg_reward || before.off_policy !== row.off_policy) {
+      state.steps.set(row.step, { count: row.count, avg_reward: row.avg_reward, off_policy: row.off_policy });
       changed = true;
     }
   }
@@ -312,9 +390,14 @@ let configShown = false;
 let timelineAt = Date.now();
 async function tick() {
   const run = await api(base);
+  const first = state.run === null;
   state.run = run;
   grid.sources[0].label = runLabel(run);
-  await Promise.all([pollMetrics(), pollSteps()]);
+  grid.sources[0].start = run.created_at;
+  grid.sources[0].kind = run.kind;
+  if (first && location.hash === "#logs") showTab("logs");
+  const logsOpen = !document.getElementById("panel-logs").hidden;
+  await Promise.all([pollMetrics(), pollSteps(), logsOpen ? logs.poll() : null]);
   if (run.status === "running" && Date.now() - timelineAt > TIMELINE_MS) {
     timelineAt = Date.now();
     grid.refreshTimelines();
@@ -342,4 +425,5 @@ async function tick() {
 
 setUpSlider();
 setUpNotes();
+setUpTabs();
 poll(tick, POLL_MS);

@@ -1,5 +1,6 @@
-// The step page: the episodes (or bare traces) of one step, sorted by reward, filterable by
-// environment and outcome, each row with a preview (the first user message and the final
+// The step page: the episodes (or bare traces) of one step (the step they were dispatched at,
+// or trained at: `by`), sorted by reward, filterable by kind, subset, environment and outcome,
+// each row with its dispatched and trained steps (off-policy rows marked) and a preview (the first user message and the final
 // answer, read from the record by the server: /previews), a histogram of the step's rewards,
 // and two rows to open side by side. Pages of PAGE rows through the API's cursor. Live: every
 // POLL_MS it reads this step's row of /steps and, when the step has gained records, reads the
@@ -9,7 +10,7 @@ import {
   api, envName, formatDuration, formatNumber, h, linkRow, navigableRows, okBadge, pathParts,
   poll, prefs, runTitle, showError,
 } from "./common.js";
-import { plotlyReady } from "./charts.js";
+import { loadPlotly } from "./charts.js";
 
 const PAGE = 100;
 const PREVIEW_BATCH = 200; // ids per /previews call (the server's limit)
@@ -24,13 +25,16 @@ const el = (id) => document.getElementById(id);
 const tbody = document.querySelector("#episodes tbody");
 
 const state = {
-  rows: [], cursor: null, total: null, envs: new Set(), seenIds: new Set(), neighbours: {},
+  rows: [], cursor: null, total: null, envs: new Set(), subsets: new Set(), seenIds: new Set(), neighbours: {},
   previews: new Map(), selected: new Set(),
 };
 
 function filters() {
   return {
     step,
+    by: el("f-by").value,
+    kind: el("f-kind").value,
+    subset: el("f-subset").value,
     sort: el("f-sort").value,
     env: el("f-env").value,
     ok: el("f-ok").value,
@@ -38,21 +42,30 @@ function filters() {
   };
 }
 
+// What makes "the step": its meaning and the kind and cohort of records (for /steps and the
+// histogram; env and outcome only filter the rows).
+function stepQuery() {
+  const f = filters();
+  return { stream: f.stream, by: f.by, kind: f.kind, subset: f.subset };
+}
+
 // Keep the filters in the URL so a reload or a shared link shows the same list.
 function readUrl() {
   const params = new URLSearchParams(location.search);
-  for (const [name, id] of [["sort", "f-sort"], ["ok", "f-ok"], ["stream", "f-stream"]]) {
+  for (const [name, id] of [["sort", "f-sort"], ["ok", "f-ok"], ["stream", "f-stream"], ["by", "f-by"], ["kind", "f-kind"]]) {
     if (params.has(name)) el(id).value = params.get(name);
   }
   if (params.get("env")) addEnv(params.get("env"), true);
+  if (params.get("subset")) addOption("f-subset", state.subsets, params.get("subset"), true);
 }
 
 function writeUrl() {
   const f = filters();
   const params = new URLSearchParams();
   if (f.sort !== "-reward") params.set("sort", f.sort);
-  for (const name of ["env", "ok"]) if (f[name]) params.set(name, f[name]);
+  for (const name of ["env", "ok", "kind", "subset"]) if (f[name]) params.set(name, f[name]);
   if (f.stream !== "episodes") params.set("stream", f.stream);
+  if (f.by !== "dispatched") params.set("by", f.by);
   history.replaceState(null, "", params.size ? `?${params}` : location.pathname);
   linkNeighbours();
 }
@@ -64,14 +77,33 @@ function linkNeighbours() {
   }
 }
 
-function addEnv(name, select = false) {
-  if (!name || state.envs.has(name)) {
-    if (select) el("f-env").value = name;
-    return;
+function addOption(id, seen, name, select = false) {
+  if (name && !seen.has(name)) {
+    seen.add(name);
+    el(id).append(h("option", { value: name }, name));
   }
-  state.envs.add(name);
-  el("f-env").append(h("option", { value: name }, name));
-  if (select) el("f-env").value = name;
+  if (select) el(id).value = name;
+}
+
+function addEnv(name, select = false) {
+  addOption("f-env", state.envs, name, select);
+}
+
+function noteRow(item) {
+  addEnv(item.env);
+  addOption("f-subset", state.subsets, item.subset);
+}
+
+// Trained at another step than dispatched at: the trainer took it off-policy (async RL).
+function offPolicy(item) {
+  return item.trained_step !== null && item.trained_step !== undefined && item.step !== null && item.trained_step !== item.step;
+}
+
+function trainedCell(item) {
+  if (item.trained_step === null || item.trained_step === undefined) return h("td", { class: "num trained muted" }, "—");
+  const lag = item.step !== null ? item.trained_step - item.step : null;
+  return h("td", { class: "num trained" }, formatNumber(item.trained_step),
+    offPolicy(item) ? [" ", h("span", { class: "badge off-policy", title: `dispatched at step ${item.step}, trained at step ${item.trained_step}` }, `off-policy ${lag > 0 ? "+" : ""}${lag}`)] : null);
 }
 
 const PREVIEW_FIELDS = ["prompt", "reply", "answer"]; // cells 3, 4, 5 of a row
@@ -100,11 +132,19 @@ function row(item, rank) {
     h("td", { class: "num" }, formatNumber(item.reward)),
     ...PREVIEW_FIELDS.map((field) => previewCell(item, field)),
     h("td", { class: "env" }, envName(item.env)),
+    // Train is the usual kind: plain text; anything else stands out.
+    h("td", {}, item.kind === "train" || !item.kind ? h("span", { class: "muted" }, item.kind || "—")
+      : h("span", { class: `badge kind kind-${item.kind}` }, item.kind), item.subset ? [" ", h("span", { class: "muted" }, item.subset)] : null),
+    h("td", { class: "num" }, formatNumber(item.step)),
+    trainedCell(item),
     h("td", {}, okBadge(item.ok)),
     h("td", { class: "num" }, formatNumber(item.tokens)),
     h("td", { class: "num" }, formatDuration(item.duration)),
     h("td", {}, h("a", { href, tabindex: "-1" }, h("code", { title: item.id }, item.id.slice(0, 12)))),
-  ], { class: fresh ? "link-row fresh" : "link-row", dataset: { reward: item.reward ?? "", id: item.id } });
+  ], {
+    class: ["link-row", fresh ? "fresh" : "", offPolicy(item) ? "off-policy" : ""].filter(Boolean).join(" "),
+    dataset: { reward: item.reward ?? "", id: item.id, trained: item.trained_step ?? "" },
+  });
 }
 
 function render() {
@@ -112,11 +152,14 @@ function render() {
   for (const item of state.rows) state.seenIds.add(item.id);
   el("episodes-empty").hidden = state.rows.length > 0;
   el("episodes-more").hidden = !state.cursor;
-  const filtered = ["env", "ok"].some((name) => filters()[name]);
+  const f = filters();
+  const filtered = ["env", "ok"].some((name) => f[name]);
   const parts = [];
   if (state.total) {
-    parts.push(`${formatNumber(state.total.count)} ${filters().stream} at this step`);
+    const noun = [f.kind, f.subset, f.stream].filter(Boolean).join(" ");
+    parts.push(`${formatNumber(state.total.count)} ${noun} ${f.by} at this step`);
     parts.push(`mean reward ${formatNumber(state.total.avg_reward)}`);
+    if (state.total.off_policy) parts.push(`${formatNumber(state.total.off_policy)} off-policy (trained at another step than dispatched at)`);
   }
   parts.push(`showing ${formatNumber(state.rows.length)}${filtered ? " that match the filters" : ""}`);
   if (state.cursor) parts.push("more below");
@@ -140,13 +183,14 @@ async function loadPreviews() {
 }
 
 // The first `limit` rows again (after a filter change, or when the step gained records).
+let previewsDrawn = null;
 async function reload(limit = PAGE) {
   const page = await api(`${base}/episodes`, { ...filters(), limit: Math.min(limit, 1000) });
   state.rows = page.items;
   state.cursor = page.next_cursor;
-  for (const item of page.items) addEnv(item.env);
+  for (const item of page.items) noteRow(item);
   render();
-  loadPreviews().catch(showError);
+  previewsDrawn = loadPreviews().catch(showError);
 }
 
 async function loadMore() {
@@ -154,20 +198,20 @@ async function loadMore() {
   const page = await api(`${base}/episodes`, { ...filters(), limit: PAGE, cursor: state.cursor });
   state.rows.push(...page.items);
   state.cursor = page.next_cursor;
-  for (const item of page.items) addEnv(item.env);
+  for (const item of page.items) noteRow(item);
   render();
   loadPreviews().catch(showError);
 }
 
-async function stepRow(stream) {
-  const rows = await api(`${base}/steps`, { stream, step_min: step });
-  return rows.find((r) => r.step === step) || { count: 0, avg_reward: null };
+async function stepRow() {
+  const rows = await api(`${base}/steps`, { ...stepQuery(), step_min: step });
+  return rows.find((r) => r.step === step) || { count: 0, avg_reward: null, off_policy: 0 };
 }
 
 // The distribution of the step's rewards (all its records, not just the rows shown).
 async function drawHistogram() {
-  const body = await api(`${base}/rewards`, { step, stream: filters().stream });
-  await plotlyReady;
+  const body = await api(`${base}/rewards`, { step, ...stepQuery() });
+  await loadPlotly();
   const figure = el("histogram");
   const values = body.values;
   const caption = [`${formatNumber(values.length)} rewards`];
@@ -190,6 +234,20 @@ async function drawHistogram() {
   figure.dataset.count = String(values.length);
 }
 
+// Neighbouring steps that have records (in the step's meaning and kind).
+function neighbourSteps(rows) {
+  const steps = rows.map((r) => r.step).filter((s) => s !== null);
+  const prev = steps.filter((s) => s < step).pop();
+  const next = steps.find((s) => s > step);
+  state.neighbours = { "step-prev": prev, "step-next": next };
+  for (const id of ["step-prev", "step-next"]) el(id).hidden = state.neighbours[id] === undefined;
+  linkNeighbours();
+}
+
+async function linkSteps() {
+  neighbourSteps(await api(`${base}/steps`, stepQuery()));
+}
+
 // Two ticked rows, or one with the episode pinned on its page, open side by side.
 function updatePair() {
   const pinned = prefs.get("pinned", null);
@@ -206,7 +264,7 @@ function updatePair() {
 
 async function setUp() {
   readUrl();
-  const [run, all] = await Promise.all([api(base), api(`${base}/steps`, { stream: filters().stream })]);
+  const [run, all] = await Promise.all([api(base), api(`${base}/steps`, stepQuery())]);
   document.title = `Step ${step} · ${runTitle(run)} · openruns`;
   el("run-link").textContent = runTitle(run);
   el("run-link").href = base;
@@ -214,21 +272,20 @@ async function setUp() {
   el("step-title").textContent = `${runTitle(run)}: step ${step}`;
   el("search-link").href = `${base}/search?step_min=${step}&step_max=${step}`;
   for (const env of run.environments || []) addEnv(envName(env));
-  // Neighbouring steps that have records.
-  const steps = all.map((r) => r.step).filter((s) => s !== null);
-  const prev = steps.filter((s) => s < step).pop();
-  const next = steps.find((s) => s > step);
-  state.neighbours = { "step-prev": prev, "step-next": next };
-  linkNeighbours();
-  state.total = all.find((r) => r.step === step) || { count: 0, avg_reward: null };
+  neighbourSteps(all);
+  state.total = all.find((r) => r.step === step) || { count: 0, avg_reward: null, off_policy: 0 };
   await reload();
-  drawHistogram().catch(showError);
-  for (const id of ["f-sort", "f-env", "f-ok", "f-stream"]) {
+  // The histogram after the table and its previews: Plotly's bundle is loaded for it only now.
+  previewsDrawn.then(() => drawHistogram()).catch(showError);
+  for (const id of ["f-by", "f-kind", "f-subset", "f-sort", "f-env", "f-ok", "f-stream"]) {
     el(id).addEventListener("change", () => {
       writeUrl();
       state.seenIds.clear();
-      Promise.all([stepRow(filters().stream).then((t) => { state.total = t; }), reload()]).catch(showError);
-      if (id === "f-stream") drawHistogram().catch(showError);
+      Promise.all([stepRow().then((t) => { state.total = t; }), reload()]).catch(showError);
+      if (["f-by", "f-kind", "f-subset", "f-stream"].includes(id)) {
+        drawHistogram().catch(showError);
+        linkSteps().catch(showError);
+      }
     });
   }
   el("episodes-more").addEventListener("click", () => loadMore().catch(showError));
@@ -238,7 +295,7 @@ async function setUp() {
   updatePair();
   navigableRows(tbody);
   poll(async () => {
-    const total = await stepRow(filters().stream);
+    const total = await stepRow();
     if (total.count !== state.total.count) {
       state.total = total;
       await Promise.all([reload(Math.max(PAGE, state.rows.length)), drawHistogram()]);

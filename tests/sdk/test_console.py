@@ -1,0 +1,227 @@
+"""Console capture: lines cut from writes, the tee of sys.stdout/sys.stderr in a real process
+(the terminal still gets everything), its bound, a child's pipe read from another process
+(a crashing child loses nothing), files followed for launched components, tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from openruns.console import (
+    MAX_LINE_CHARS,
+    ConsoleCapture,
+    FileFollower,
+    LineCutter,
+    PipeTee,
+    traceback_record,
+)
+
+from .helpers import python
+
+
+def lines_of(records: list[dict]) -> list[str]:
+    return [r["line"] for r in records]
+
+
+def test_lines_end_at_newlines_and_a_carriage_return_starts_one_again():
+    cut = LineCutter("stdout", "main")
+    assert cut.feed("hel", 1.0) == []
+    first = cut.feed("lo\nwor", 2.0)
+    assert first == [{"ts": 1.0, "stream": "stdout", "source": "main", "line": "hello"}]
+    assert lines_of(cut.feed("ld\r\n", 3.0)) == ["world"]
+    # A progress bar: only its last state is a line.
+    assert cut.feed("10%\r50%\r", 4.0) == []
+    assert lines_of(cut.feed("100%\n", 5.0)) == ["100%"]
+    assert lines_of(cut.feed("no end", 6.0)) == []
+    assert cut.close() == [{"ts": 6.0, "stream": "stdout", "source": "main", "line": "no end"}]
+    assert cut.close() == []
+
+
+def test_a_long_line_is_cut_and_bytes_split_inside_a_character_decode_whole():
+    cut = LineCutter("stdout", "main")
+    out = cut.feed("x" * (2 * MAX_LINE_CHARS + 5) + "\n", 1.0)
+    assert [len(line) for line in lines_of(out)] == [MAX_LINE_CHARS, MAX_LINE_CHARS, 5]
+    data = "é = ∑\n".encode()
+    assert cut.feed_bytes(data[:1], 1.0) == []
+    assert lines_of(cut.feed_bytes(data[1:], 1.0)) == ["é = ∑"]
+
+
+CAPTURE = """
+import json, sys, time
+from openruns.console import ConsoleCapture
+out = open(sys.argv[1], "w")
+def emit(records):
+    for r in records:
+        out.write(json.dumps(r) + "\\n")
+    out.flush()
+capture = ConsoleCapture(emit, source="main", flush_interval=0.05)
+original = sys.stdout
+capture.start()
+print("hello from stdout")
+print("a warning", file=sys.stderr)
+sys.stdout.write("part one, ")
+sys.stdout.flush()
+time.sleep(0.2)
+print("part two")
+sys.stdout.writelines(["a\\n", "b\\n"])
+print("no newline at the end", end="")
+capture.stop()
+assert sys.stdout is original
+print("after stop")
+"""
+
+
+def test_the_tee_keeps_the_terminal_and_captures_lines(tmp_path):
+    records_file = tmp_path / "records.ndjson"
+    done = python(CAPTURE, tmp_path, argv=[str(records_file)])
+    assert done.returncode == 0, done.stderr
+    # The real streams got every write, as without the capture.
+    assert done.stdout == (
+        "hello from stdout\npart one, part two\na\nb\nno newline at the endafter stop\n"
+    )
+    assert done.stderr == "a warning\n"
+    records = [json.loads(line) for line in records_file.read_text().splitlines()]
+    by_stream = {
+        name: [r["line"] for r in records if r["stream"] == name] for name in ("stdout", "stderr")
+    }
+    assert by_stream == {
+        "stdout": ["hello from stdout", "part one, part two", "a", "b", "no newline at the end"],
+        "stderr": ["a warning"],
+    }
+    assert all(r["source"] == "main" and r["ts"] > 0 for r in records)
+
+
+def test_beyond_the_bound_writes_are_counted_not_kept():
+    emitted: list[dict] = []
+    capture = ConsoleCapture(emitted.extend, flush_interval=30, max_pending_bytes=100)
+    capture._active = True  # the write path alone, without replacing this process's streams
+    capture._thread = None
+    for _ in range(50):
+        capture._take("stdout", "0123456789\n")
+    capture._drain(final=True)
+    kept = [r for r in emitted if r["stream"] == "stdout"]
+    assert len(kept) == 10  # until more than the bound (100 chars) waits, then dropped
+    assert capture.dropped_chars == 40 * 11
+    assert emitted[-1]["stream"] == "stderr"
+    assert f"{40 * 11} characters of output were not kept" in emitted[-1]["line"]
+
+
+def test_stop_leaves_a_stream_someone_else_replaced_after_us():
+    emitted: list[dict] = []
+    capture = ConsoleCapture(emitted.extend, flush_interval=0.01)
+    before = sys.stdout
+    capture.start()
+    try:
+        theirs = open(__file__)  # noqa: SIM115 - any object standing in for another tool's stream
+        sys.stdout = theirs
+        capture.stop()
+        assert sys.stdout is theirs
+    finally:
+        sys.stdout = before
+        theirs.close()
+
+
+CRASHING_CHILD = """
+import os
+print("buffered by Python", flush=True)
+os.write(1, b"last words\\n")
+os.write(2, b"fatal: about to abort\\n")
+os.abort()
+"""
+
+
+def test_a_childs_pipes_are_read_from_another_process_so_a_crash_loses_nothing(tmp_path):
+    copy = tmp_path / "terminal.txt"
+    emitted: list[dict] = []
+    with copy.open("wb") as terminal:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CRASHING_CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        tees = [
+            PipeTee(child.stdout, terminal.fileno(), "stdout", "job step", emitted.extend).start(),
+            PipeTee(child.stderr, terminal.fileno(), "stderr", "job step", emitted.extend).start(),
+        ]
+        assert child.wait(timeout=60) < 0  # killed by SIGABRT
+        for tee in tees:
+            tee.join(timeout=30)
+    assert sorted(lines_of(emitted)) == [
+        "buffered by Python",
+        "fatal: about to abort",
+        "last words",
+    ]
+    assert {r["source"] for r in emitted} == {"job step"}
+    assert "last words" in copy.read_text() and "fatal: about to abort" in copy.read_text()
+
+
+def test_followed_files_become_output_lines_per_component(tmp_path):
+    emitted: list[dict] = []
+    follower = FileFollower(emitted.extend, interval=0.05)
+    trainer, orchestrator = tmp_path / "trainer.log", tmp_path / "orchestrator.log"
+    trainer.write_text("step 1\n")
+    follower.follow("trainer", trainer)
+    follower.follow("orchestrator", orchestrator)  # not created yet
+    follower.start()
+    deadline = time.monotonic() + 30
+    while not emitted and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with trainer.open("a") as fh:
+        fh.write("step 2\nhalf a li")
+    orchestrator.write_text("ready\n")
+    follower.stop()
+    per_source = {
+        source: [r["line"] for r in emitted if r["source"] == source]
+        for source in ("trainer", "orchestrator")
+    }
+    assert per_source == {"trainer": ["step 1", "step 2", "half a li"], "orchestrator": ["ready"]}
+    assert {r["stream"] for r in emitted} == {"output"}
+
+
+def test_a_traceback_is_one_record():
+    try:
+        raise ValueError("boom")
+    except ValueError as exc:
+        record = traceback_record(exc, source="trainer")
+    assert record["stream"] == "traceback" and record["source"] == "trainer"
+    lines = record["line"].splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert lines[-1] == "ValueError: boom"
+
+
+def test_the_capture_thread_sleeps_until_written_to(tmp_path: Path):
+    emitted: list[dict] = []
+    capture = ConsoleCapture(emitted.extend, flush_interval=0.01)
+    capture.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not capture._sleeping and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert capture._sleeping  # idle: blocked on the wake pipe, not polling
+        print("wake up")
+        deadline = time.monotonic() + 30
+        while not emitted and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        capture.stop()
+    assert lines_of(emitted) == ["wake up"]
+
+
+def test_a_fork_after_stop_closes_none_of_the_childs_descriptors(tmp_path):
+    # The capture's wake pipe is closed at stop; its numbers are then reused (here by the
+    # subprocess's own pipes), and the fork hook must not close them again in the child.
+    capture = ConsoleCapture(lambda records: None, flush_interval=0.01)
+    capture.start()
+    capture.stop()
+    assert (capture._wake_r, capture._wake_w) == (-1, -1)
+    for _ in range(5):
+        done = subprocess.run(
+            [sys.executable, "-c", "print('ok')"],
+            cwd=tmp_path,
+            preexec_fn=lambda: None,  # runs Python's fork hooks in the child
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.stdout == "ok\n"

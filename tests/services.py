@@ -1,0 +1,356 @@
+"""
+Services the scale-out tests need, started once per test session (per xdist worker), on
+loopback, and thrown away at its end:
+
+- a PostgreSQL cluster in a temporary directory (Debian's `postgresql` package: initdb and
+  pg_ctl; as root they run as the `postgres` user, which the package creates), with fsync off:
+  a test cluster needs speed, not durability. Each test gets a fresh database copied from a
+  migrated template (CREATE DATABASE ... TEMPLATE), so tests never see each other's rows.
+- an S3-compatible endpoint: moto's server mode, in a subprocess. Each test gets a fresh
+  bucket. The server code speaks plain S3 to it, through the endpoint override.
+
+Under CI=true a missing PostgreSQL fails the tests that need it; elsewhere they skip, saying
+what to install. `Stores` is where one deployment keeps its data, whichever kind it is.
+
+Loaded as a plugin by tests/conftest.py (`pytest_plugins`), so the session fixtures exist once.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = ["BACKENDS", "PostgresCluster", "S3Endpoint", "Stores", "StoresFactory"]
+
+# The configurations the server and API suites run against (a fixture param).
+BACKENDS = ("sqlite", "postgres")
+
+_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _unavailable(reason: str) -> None:
+    """Fail under CI (the service must be there), else skip saying what is missing."""
+    if _CI:
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait(predicate: Any, timeout: float, what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    detail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+    raise RuntimeError(f"{what} did not come up in {timeout:g} s\n{detail}")
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------
+
+
+def postgres_bin() -> Path | None:
+    """The directory holding initdb and pg_ctl: on PATH, else Debian's newest version."""
+    candidates = []
+    if found := shutil.which("pg_ctl"):
+        candidates.append(Path(found).resolve().parent)
+    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]
+    for path in candidates:
+        if (path / "initdb").exists() and (path / "pg_ctl").exists():
+            return path
+    return None
+
+
+class PostgresCluster:
+    """A throwaway cluster on 127.0.0.1; `new_database()` is a fresh, migrated database URL."""
+
+    TEMPLATE = "openruns_template"
+
+    def __init__(self, bindir: Path, durable: bool = False):
+        self.bindir = bindir
+        self.durable = durable  # fsync on: for benchmarks, like a real deployment
+        self.root = Path(tempfile.mkdtemp(prefix="openruns-pg-"))
+        self.user: str | None = None
+        if os.geteuid() == 0:  # initdb refuses to run as root
+            self.user = "postgres" if _has_user("postgres") else "nobody"
+            pw = pwd.getpwnam(self.user)
+            os.chown(self.root, pw.pw_uid, pw.pw_gid)
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
+        self.port = 0
+        self._names = itertools.count()
+        self._admin: Any = None
+
+    def _run(self, *args: str) -> None:
+        subprocess.run(
+            [str(self.bindir / args[0]), *args[1:]],
+            check=True,
+            capture_output=True,
+            cwd=self.root,
+            user=self.user,
+            timeout=120,
+        )
+
+    def start(self) -> PostgresCluster:
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8")
+        settings = ["-c listen_addresses=127.0.0.1", f"-k {self.root}", "-c max_connections=400"]
+        if self.durable:
+            settings += ["-c shared_buffers=512MB", "-c max_wal_size=4GB"]
+        else:
+            settings += [
+                "-c shared_buffers=64MB",
+                "-c fsync=off",
+                "-c synchronous_commit=off",
+                "-c full_page_writes=off",
+            ]
+        options = " ".join(settings)
+        for _ in range(3):  # a free port can be taken between choosing and binding it
+            self.port = free_port()
+            try:
+                self._run(
+                    "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
+                    "-o", f"-p {self.port} {options}", "start",
+                )  # fmt: skip
+                break
+            except subprocess.CalledProcessError:
+                continue
+        else:
+            raise RuntimeError(f"PostgreSQL did not start: {self.log.read_text()[-2000:]}")
+        import psycopg
+
+        self._admin = psycopg.connect(self.url("postgres", driver=False), autocommit=True)
+        self._admin.execute(f"CREATE DATABASE {self.TEMPLATE}")
+        from openruns.server.store import Store
+
+        Store.open(self.url(self.TEMPLATE)).close()
+        return self
+
+    def url(self, database: str, driver: bool = True) -> str:
+        scheme = "postgresql+psycopg" if driver else "postgresql"
+        return f"{scheme}://postgres@127.0.0.1:{self.port}/{database}"
+
+    def new_database(self, migrated: bool = True) -> str:
+        """A fresh database: a copy of the migrated template, or empty (template0)."""
+        name = f"t{next(self._names)}"
+        template = self.TEMPLATE if migrated else "template0"
+        self._admin.execute(f"CREATE DATABASE {name} TEMPLATE {template} STRATEGY FILE_COPY")
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
+
+    def stop(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+        if self.data.exists():
+            subprocess.run(
+                [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"],
+                capture_output=True,
+                cwd=self.root,
+                user=self.user,
+                timeout=60,
+            )
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _has_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+# -- S3 ----------------------------------------------------------------------------------------
+
+
+class S3Endpoint:
+    """moto's S3 server on 127.0.0.1 in a subprocess; `new_bucket()` is a fresh s3:// URL."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="openruns-s3-"))
+        self.log = self.root / "moto.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self._names = itertools.count()
+        self.client: Any = None
+
+    def start(self) -> S3Endpoint:
+        for _ in range(3):
+            port = free_port()
+            with self.log.open("ab") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            self.url = f"http://127.0.0.1:{port}"
+            try:
+                _wait(self._answers, 30, "moto's S3 server", self.log)
+                break
+            except RuntimeError:
+                self.proc.kill()
+                self.proc.wait(10)
+        else:
+            raise RuntimeError(f"moto did not start: {self.log.read_text()[-2000:]}")
+        import boto3
+
+        self.client = boto3.client("s3", endpoint_url=self.url)
+        return self
+
+    def _answers(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"moto exited: {self.log.read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", int(self.url.rsplit(":", 1)[1])), 1):
+                return True
+        except OSError:
+            return False
+
+    def new_bucket(self) -> str:
+        name = f"openruns-{os.getpid()}-{next(self._names)}"
+        self.client.create_bucket(Bucket=name)
+        return f"s3://{name}/blobs"
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+# Credentials and region for moto (it accepts any); set for the whole session, since the
+# server under test (in this process or a child) reads them through boto3's standard chain.
+_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "openruns-test",
+    "AWS_SECRET_ACCESS_KEY": "openruns-test",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+# -- Stores ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stores:
+    """Where one deployment keeps its data: ServerSettings fields for both stores."""
+
+    kind: str
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def cli_args(self) -> list[str]:
+        """The same, as `openruns server` / `openruns keys` flags."""
+        names = {
+            "data_dir": "--data-dir",
+            "database_url": "--db",
+            "blobs": "--blobs",
+            "s3_endpoint_url": "--s3-endpoint-url",
+        }
+        return [arg for k, v in self.settings.items() for arg in (names[k], str(v))]
+
+    def db_args(self) -> list[str]:
+        """Only the database's flags (`openruns keys` takes no blob store)."""
+        if "database_url" in self.settings:
+            return ["--db", self.settings["database_url"]]
+        return ["--data-dir", str(self.settings["data_dir"])]
+
+    def database_url(self) -> str:
+        from openruns.server.config import ServerSettings
+
+        return ServerSettings(**self.settings).sqlalchemy_url()
+
+    def open_store(self) -> Any:
+        from openruns.server.store import Store
+
+        return Store.open(self.database_url())
+
+    def open_blobs(self) -> Any:
+        from openruns.server.config import ServerSettings
+        from openruns.server.store import open_blobs
+
+        settings = ServerSettings(**self.settings)
+        return open_blobs(settings.blob_location(), settings.s3_endpoint_url)
+
+
+class StoresFactory:
+    """Fresh stores of either kind; the services start on first use."""
+
+    def __init__(self) -> None:
+        self._postgres: PostgresCluster | None = None
+        self._s3: S3Endpoint | None = None
+        self._saved_env: dict[str, str | None] = {}
+
+    def postgres(self) -> PostgresCluster:
+        if self._postgres is None:
+            bindir = postgres_bin()
+            if bindir is None:
+                _unavailable(
+                    "PostgreSQL is not installed (apt-get install postgresql): the tests of "
+                    "the PostgreSQL store need its initdb and pg_ctl"
+                )
+            assert bindir is not None
+            self._postgres = PostgresCluster(bindir).start()
+        return self._postgres
+
+    def s3(self) -> S3Endpoint:
+        if self._s3 is None:
+            for name, value in _AWS_ENV.items():
+                self._saved_env[name] = os.environ.get(name)
+                os.environ[name] = value
+            self._s3 = S3Endpoint().start()
+        return self._s3
+
+    def new(self, kind: str, tmp: Path | None = None) -> Stores:
+        """Fresh stores: a data directory `tmp` (sqlite), or a database and a bucket."""
+        if kind == "sqlite":
+            assert tmp is not None, "SQLite stores need a directory"
+            return Stores(kind, {"data_dir": tmp})
+        s3 = self.s3()
+        return Stores(
+            kind,
+            {
+                "database_url": self.postgres().new_database(),
+                "blobs": s3.new_bucket(),
+                "s3_endpoint_url": s3.url,
+            },
+        )
+
+    def close(self) -> None:
+        if self._postgres is not None:
+            self._postgres.stop()
+        if self._s3 is not None:
+            self._s3.stop()
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def stores_factory() -> Iterator[StoresFactory]:
+    factory = StoresFactory()
+    yield factory
+    factory.close()
