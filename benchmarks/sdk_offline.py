@@ -6,6 +6,8 @@ SDK core benchmark: the cost of log_* on the caller, and offline write throughpu
 Prints, and appends nothing anywhere: copy the figures into docs/benchmarks.md with the command.
 1. log_metrics with 20 scalars, N calls: per-call p50 / p99 / max and the total including
    finish(), next to a plain buffered JSONL append of the same rows (orjson + write): the floor.
+   Twice: with the system metrics sampler off, then on (the default; its thread imports psutil
+   after init(), and the collector's first pass over those objects lands in some log_* call).
 2. log_episodes with 1,000 episodes of ~1 MB: per-call max (it must not depend on size).
 3. Offline write throughput in MB/s of episode JSON, next to the single-core orjson + zstd-1
    limit measured on the same episode in this run.
@@ -33,14 +35,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def bench_metrics(base: Path, calls: int) -> None:
+def bench_metrics(base: Path, calls: int, system_metrics: bool) -> None:
     rows = [{f"train/metric_{k}": float(i * k) for k in range(20)} for i in range(calls)]
     # The benchmark's own input is not the SDK's: keep the collector from walking it, so its
     # size does not turn into gen-2 pauses charged to log_metrics (as in a trainer, whose data
     # the collector has long promoted).
     gc.collect()
     gc.freeze()
-    run = openruns.init(mode="offline", dir=base / "metrics")
+    run = openruns.init(
+        mode="offline",
+        dir=base / f"metrics-{system_metrics}",
+        system_metrics_interval=None if system_metrics else 0,
+    )
     times = []
     start = time.perf_counter()
     for step, values in enumerate(rows):
@@ -62,7 +68,8 @@ def bench_metrics(base: Path, calls: int) -> None:
 
     us = [t / 1000 for t in times]
     floor_us = [t / 1000 for t in floor]
-    print(f"log_metrics, 20 scalars, {calls} calls:")
+    sampler = "the system metrics sampler on (default)" if system_metrics else "it off"
+    print(f"log_metrics, 20 scalars, {calls} calls, {sampler}:")
     print(
         f"  openruns   p50 {statistics.median(us):6.2f} us  p99 {percentile(us, 0.99):6.2f} us"
         f"  max {max(us):8.1f} us  total incl. finish {total * 1000:7.1f} ms"
@@ -146,7 +153,8 @@ def main() -> None:
     parser.add_argument("--episode-mb", type=float, default=1.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="openruns-bench-") as tmp:
-        bench_metrics(Path(tmp), args.calls)
+        bench_metrics(Path(tmp), args.calls, system_metrics=False)
+        bench_metrics(Path(tmp), args.calls, system_metrics=True)
         bench_episodes(Path(tmp), args.episodes, args.episode_mb)
 
 

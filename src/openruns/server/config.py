@@ -156,8 +156,8 @@ class ServerSettings:
         45.0,
         metavar="S",
         unit_name="s",
-        help="a running run silent this long becomes crashed (owners heartbeat every quarter of "
-        "it, at most every 10 s; with the sweep every quarter, a SIGKILLed producer shows within "
+        help="a running run silent this long becomes crashed (owners heartbeat three times in "
+        "it, at most 15 s apart; with the sweep every quarter, a SIGKILLed producer shows within "
         "a minute); silence counts from the server's start at the earliest",
     )
     finish_grace: float = setting(

@@ -59,6 +59,9 @@ def _server(app: Any, log_level: str) -> uvicorn.Server:
         # X-Forwarded-* are believed only from --trusted-proxies (security.install_security);
         # uvicorn's own default would believe them from any loopback client.
         proxy_headers=False,
+        # SDK owners heartbeat every 15 s on a kept-alive connection: uvicorn's default of 5 s
+        # closed it between beats, and reconnecting cost each client ~10 ms of CPU per beat.
+        timeout_keep_alive=75,
         timeout_graceful_shutdown=5,
     )
     return uvicorn.Server(config)

@@ -138,7 +138,11 @@ class ServerSink:
             self.health.heard_at = silent_since
         self._before_first_send = before_first_send
         self._create_lock = threading.Lock()
-        self._cond = threading.Condition()
+        # One lock for all the sink's state; senders wait on their lane's condition of it (a
+        # metrics row does not wake the episode senders), everyone else on `_cond`.
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)
+        self._lane_ready = {lane: threading.Condition(lock) for lane in SENDERS}
         self._queues: dict[str, collections.deque[_Upload]] = {
             lane: collections.deque() for lane in SENDERS
         }
@@ -166,7 +170,7 @@ class ServerSink:
                     upload.in_memory = True
                     self._memory += upload.nbytes
                     self._queues[lane].append(upload)
-                    self._cond.notify_all()
+                    self._changed(lane)
                     return
                 left = _remaining(self._close_deadline)
                 if left == 0.0:
@@ -176,14 +180,14 @@ class ServerSink:
             with self._cond:
                 self._queues[lane].append(upload)
                 self._on_disk[lane] += 1
-                self._cond.notify_all()
+                self._changed(lane)
 
     def closing(self, deadline: float | None) -> None:
         """close() is coming (after the batches still on their way): past `deadline`, a batch
         that finds no room in memory goes to the spool rather than wait."""
         with self._cond:
             self._close_deadline = deadline
-            self._cond.notify_all()
+            self._changed()
 
     def flush(self, streams: tuple[str, ...], deadline: float | None) -> None:
         """Everything written before is acknowledged or on disk (durable) in the spool."""
@@ -206,7 +210,7 @@ class ServerSink:
             if self._close_began is None:
                 self._close_began = time.monotonic()
                 self.health.retry_at = min(self.health.retry_at, self._close_began)
-                self._cond.notify_all()
+                self._changed()
             while not self._settled(lane):
                 left = _remaining(deadline)
                 if left == 0.0:
@@ -225,7 +229,7 @@ class ServerSink:
         with self._cond:
             self._closed_lanes.add(lane)
             self._finished = self._closed_lanes == set(SENDERS)
-            self._cond.notify_all()
+            self._changed()
         if self._finished and self.stats.spooled:
             logger.warning(
                 "openruns: %d records of run %s are in the local spool at %s; upload them "
@@ -272,9 +276,9 @@ class ServerSink:
                 if wait <= 0:
                     health.probing = True
                     break
-                self._cond.wait(wait)
+                self._lane_ready[lane].wait(wait)
                 continue
-            self._cond.wait()
+            self._lane_ready[lane].wait()
         else:
             return None
         upload = queue.popleft()
@@ -282,6 +286,14 @@ class ServerSink:
             self._on_disk[lane] -= 1
         self._sending[lane].add(upload)
         return upload
+
+    def _changed(self, lane: str | None = None) -> None:
+        """Wake the waiters of what changed: `lane`'s senders (every lane's when None), and
+        flush, close and writes waiting for room."""
+        self._cond.notify_all()
+        for name, ready in self._lane_ready.items():
+            if lane is None or name == lane:
+                ready.notify_all()
 
     def _release(self, upload: _Upload) -> None:
         if upload.in_memory:
@@ -337,6 +349,7 @@ class ServerSink:
                 upload.done, ref = True, upload.ref
                 self._release(upload)
                 upload.batch = None
+                recovered = self.health.state is Health.DOWN
                 self.health.answered()
                 self.health.probing = False
             if ref is not None:  # it was in the spool too: sync must skip it
@@ -344,7 +357,7 @@ class ServerSink:
                 self.stats.count_spooled(-upload.records)
             with self._cond:  # settled only now: close() and flush() count on it
                 self._sending[lane].discard(upload)
-                self._cond.notify_all()
+                self._changed(None if recovered else lane)  # back up: every lane may go
             return
         assert error is not None
         kept = self._spool(upload)
@@ -360,7 +373,7 @@ class ServerSink:
             if kept:
                 self._queues[lane].appendleft(upload)  # first again when the server is back
                 self._on_disk[lane] += 1
-            self._cond.notify_all()
+            self._changed()
         if outcome == "stop":
             self.stats.record_error(
                 f"uploading to {self.wire.base_url} (uploads stopped; records are kept in the "
@@ -415,7 +428,7 @@ class ServerSink:
                     self._release(upload)
                     if upload in self._queues[lane]:
                         self._on_disk[lane] += 1
-                self._cond.notify_all()
+                self._changed(lane)
         if done:  # acknowledged while it was being written: nothing to keep
             self.spool.ack(ref, upload.key)
             return False

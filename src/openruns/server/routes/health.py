@@ -18,7 +18,7 @@ router = APIRouter(tags=["server"])
 @router.get("/health", response_model=Health)
 async def health(request: Request) -> JSON:
     """Liveness, the body encodings accepted, and the heartbeat timeout (owners heartbeat at a
-    quarter of it)."""
+    third of it, at most every 15 s)."""
     state = server_state(request)
     return JSON(
         {
