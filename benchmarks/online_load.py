@@ -265,7 +265,11 @@ def main() -> None:
             load_test(args, url, tmp, server.pid)
     finally:
         server.send_signal(signal.SIGTERM)
-        server.wait(30)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:  # the search indexer may still be working through it
+            server.kill()
+            server.wait(30)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
