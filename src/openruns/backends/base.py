@@ -12,7 +12,10 @@ __all__ = ["Backend"]
 
 
 class Backend(Protocol):
-    url: str | None
+    @property
+    def url(self) -> str | None:
+        """Where the run can be seen (a page or a directory), if anywhere."""
+        ...
 
     def make_sink(self, stats: Stats) -> Sink | None:
         """A sink for this process's records (called again in a forked child); None: discard."""
