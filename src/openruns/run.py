@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from . import exits
 from .backends.base import Backend
@@ -490,7 +490,7 @@ class Run:
     def __enter__(self) -> Run:
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         try:
             if exc is None:
                 self.finish()
