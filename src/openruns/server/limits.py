@@ -235,8 +235,9 @@ class BodyLimit:
       `min_rate` bytes/s on average, and no `idle` seconds may pass without a byte. A client
       that declares a big body and then trickles or stalls holds nothing for long.
 
-    Either answer closes the connection (`Connection: close`), so an unread body is never
-    waited for.
+    Any answer given before the request's body was read whole (these, a 401, a 429, a 404 of
+    an unknown run...) closes the connection (`Connection: close`), so an unread body is never
+    waited for nor read to its end.
     """
 
     def __init__(
@@ -267,7 +268,7 @@ class BodyLimit:
         started = time.monotonic()
         last = started
         received = 0
-        complete = False
+        complete = not _has_body(scope)
 
         async def limited() -> Message:
             nonlocal received, last, complete
@@ -286,7 +287,14 @@ class BodyLimit:
                 complete = not message.get("more_body", False)
             return message
 
-        await self.app(scope, limited, send)
+        async def closing(message: Message) -> None:
+            if message["type"] == "http.response.start" and not complete:
+                headers = list(message.get("headers", []))
+                if not any(name.lower() == b"connection" for name, _ in headers):
+                    message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, limited, closing)
 
     def _time_left(self, started: float, last: float, received: int) -> float | None:
         """Seconds the next piece of the body may take (None: no limit)."""
@@ -308,6 +316,13 @@ class BodyLimit:
             f"with no pause of {self.idle:g} s; send it again",
             {"Connection": "close"},
         )
+
+
+def _has_body(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
+            return True
+    return False
 
 
 def _content_length(scope: Scope) -> int | None:
