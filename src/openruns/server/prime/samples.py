@@ -120,7 +120,8 @@ async def confirm_train_samples(
             f"s3_key {blob_key!r} is not a key this server presigned for this run and step",
         )
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
-    with state.gate.admit(caller):
+    with state.gate.admit(caller) as ticket:
+        ticket.body_read()  # no body to wait for: it works from the start
         if not await run_in_threadpool(state.blobs.exists, blob_key):
             raise bad_request(
                 "object_missing",
