@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
@@ -22,6 +23,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked slow (tens of seconds, mostly waiting) run first: xdist's work stealing then
     fills the other workers around them instead of leaving one of them to end the run alone."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: order kept
+
+
+@pytest.fixture(autouse=True)
+def _no_foreign_running_loop(request):
+    """The browser tests' session Playwright (sync API) leaves its event loop marked as running
+    in the worker's main thread between its calls; a test of another directory that runs a
+    loop of its own (`asyncio.run`, as trainers do) runs with the mark lifted, then put back."""
+    marked = asyncio._get_running_loop()
+    if marked is None or "web" in request.node.path.relative_to(request.config.rootpath).parts:
+        yield
+        return
+    asyncio._set_running_loop(None)
+    try:
+        yield
+    finally:
+        asyncio._set_running_loop(marked)
 
 
 # Set by launchers and schedulers; a test sets the ones it needs in its subprocesses.
