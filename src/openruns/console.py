@@ -16,7 +16,10 @@ How, and why this way (docs/decisions.md, "Console capture"):
   a signal handler that prints in the middle of a print cannot deadlock. A drain thread
   sleeps until the first write after it went idle wakes it (one byte on a pipe), waits
   `flush_interval` for more, then cuts the text into lines and emits them. Bounded: beyond
-  `max_pending_bytes` of text not yet drained, writes are counted as dropped, not kept.
+  `max_pending_bytes` of text not yet drained, writes are counted as dropped
+  (`dropped_chars`), not kept; the run says so in one line at its end (`dropped_note`).
+- After fork the child's writes still reach its own streams through the tees, and are not
+  captured (the drain thread is the parent's); the child is attached to the run, not its owner.
 - Not fd-level (dup2 of fds 1 and 2 onto a pipe read by a thread): in-process, a crash (a
   segfault, an abort in CUDA code, SIGKILL) would take the unread output with it, from the
   terminal too, which is exactly the output a failed run is read for. Output of C code and of
@@ -48,6 +51,7 @@ __all__ = [
     "FileFollower",
     "LineCutter",
     "PipeTee",
+    "dropped_note",
     "traceback_record",
 ]
 
@@ -61,6 +65,17 @@ def traceback_record(error: BaseException, source: str = "main") -> dict[str, An
     if len(text) > 4 * MAX_LINE_CHARS:  # keep the end: the frames nearest the error
         text = "... (cut)\n" + text[-4 * MAX_LINE_CHARS :]
     return {"ts": time.time(), "stream": "traceback", "source": source, "line": text}
+
+
+def dropped_note(chars: int, source: str = "main") -> dict[str, Any]:
+    """The line that says how much console output the run did not keep (stream "stderr")."""
+    return {
+        "ts": time.time(),
+        "stream": "stderr",
+        "source": source,
+        "line": f"[openruns: {chars} characters of console output were not kept: more was "
+        "printed than could wait to be sent]",
+    }
 
 
 class LineCutter:
@@ -260,28 +275,19 @@ class ConsoleCapture:
         if final:
             for cutter in self._cutters.values():
                 records.extend(cutter.close())
-            if self.dropped_chars:
-                records.append(self._dropped_record())
         if records:
             try:
                 self._emit(records)
             except Exception:  # the emitter counts its own losses; never the writer's problem
                 pass
 
-    def _dropped_record(self) -> dict[str, Any]:
-        return {
-            "ts": time.time(),
-            "stream": "stderr",
-            "source": self.source,
-            "line": f"[openruns: {self.dropped_chars} characters of output were not kept: "
-            f"more than {self.max_pending_bytes} were waiting to be sent]",
-        }
-
     def _after_fork_in_child(self) -> None:
         # The child writes through the inherited tees to its own streams; nothing is captured
         # there (its parent's drain thread does not exist in it).
         self._active = False
         self._chunks = collections.deque()
+        self._pending = 0
+        self.dropped_chars = 0  # the parent's count: it reports it
         self._thread = None
         self._close_pipe()  # the parent's pipe, not the child's
 

@@ -10,6 +10,11 @@ from then every log_* raises RunFinishedError. Who sets the final status (Owners
 - ATTACHED: a process that found the run in its environment (a child, a component, a non-zero
   rank): it only flushes its own records. Its fatal error (fail(), an exception through `with`,
   an uncaught exception) is reported to the run for the owner to name the failure with.
+
+Console output (console.py, the `capture_console` setting): the owner tees its sys.stdout and
+sys.stderr into the run's `logs` stream from init() to finish(); launchers send their
+children's output through `_log_console`. The traceback of the exception that fails a run (or
+ends an attached process) is sent whatever the setting: it is the failure's own report.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import exits
 from .backends.base import Backend
@@ -33,6 +38,9 @@ from .settings import Settings
 from .spec import ConfigSource, RunStatus
 from .upload import fork
 from .upload.pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from .console import ConsoleCapture
 
 __all__ = ["Ownership", "Run"]
 
@@ -112,6 +120,13 @@ class Run:
                 owner=ownership is Ownership.OWNER,
                 disk_path=str(run_dir or settings.dir),
             )
+        # Console capture (console.py): what the owning process prints goes with the run.
+        self._console: ConsoleCapture | None = None
+        if self._pipeline is not None and settings.capture_console and ownership is Ownership.OWNER:
+            from .console import ConsoleCapture
+
+            self._console = ConsoleCapture(self._log_console, source="main")
+            self._console.start()
         fork.register(self)
         exits.opened(self)
 
@@ -192,6 +207,15 @@ class Run:
     def dropped_records(self) -> int:
         """Records refused because the queue was full, or not written before finish's deadline."""
         return self._pipeline.dropped if self._pipeline else 0
+
+    @property
+    def dropped_console_chars(self) -> int:
+        """Characters of console output not kept: printed faster than they could be sent
+        (console capture's bound, then the upload queue's console budget)."""
+        if self._pipeline is None:
+            return 0
+        captured = self._console.dropped_chars if self._console is not None else 0
+        return captured + self._pipeline.stats.dropped_console_chars
 
     @property
     def failed_records(self) -> dict[str, int]:
@@ -318,6 +342,26 @@ class Run:
             fallback = step if step is not None else (self._step if self._step >= 0 else None)
             self._pipeline.put(stream, batch, len(batch), fallback, 0.0)
 
+    def _log_console(self, lines: list[dict[str, Any]]) -> None:
+        """Console line records (console.py) to the run's `logs` stream; never raises nor
+        blocks (what the console budget refuses is counted in dropped_console_chars)."""
+        if self._pipeline is not None and lines:
+            self._pipeline.put_logs(lines)
+
+    def _log_traceback(self, error: BaseException) -> None:
+        """The formatted traceback of the error that ends this run (or this process's part of
+        it) as one record of stream "traceback", which the Logs tab shows first."""
+        if self._pipeline is None or error.__traceback__ is None:
+            return
+        from .console import traceback_record
+
+        source = "main" if self.ownership is Ownership.OWNER else component_name()
+        try:
+            record = traceback_record(error, source)
+        except Exception:  # formatting a strange exception: the error message still goes
+            return
+        self._pipeline.put_logs([record], budgeted=False)
+
     def update_summary(self, values: Mapping[str, Any]) -> None:
         """Merge `values` (non-finite numbers dropped) into the run's summary."""
         if self._finishing:
@@ -373,7 +417,10 @@ class Run:
         self._raise_deferred()
 
     def fail(self, error: str | BaseException, *, timeout: float | None = None) -> None:
-        """finish() with status failed and `error` ("<Type>: <message>" for an exception)."""
+        """finish() with status failed and `error` ("<Type>: <message>" for an exception; its
+        traceback goes to the run's console output, the Logs tab)."""
+        if isinstance(error, BaseException) and not self._finishing:
+            self._log_traceback(error)
         self.finish(status=RunStatus.FAILED, error=_describe(error), timeout=timeout)
 
     def _reported_error(self) -> str | None:
@@ -396,7 +443,14 @@ class Run:
         drained = True
         if self._system is not None:
             self._system.stop()
+        if self._console is not None:
+            self._console.stop()  # restores the streams; its last lines go in before the close
         if self._pipeline is not None:
+            dropped = self.dropped_console_chars
+            if dropped:
+                from .console import dropped_note
+
+                self._pipeline.put_logs([dropped_note(dropped)], budgeted=False)
             drained = self._pipeline.close(timeout)
             sink = self._pipeline.sink
             self._contain(
@@ -441,9 +495,19 @@ class Run:
                 losses["spooled_records"] = self._pipeline.stats.spooled
             if self._pipeline.stats.converted:
                 losses["converted_values"] = dict(self._pipeline.stats.converted)
+            if self.dropped_console_chars:
+                losses["dropped_console_chars"] = self.dropped_console_chars
         return losses
 
     def _report_losses(self, drained: bool) -> None:
+        if self.dropped_console_chars:
+            logger.warning(
+                "openruns: run %s did not keep %d characters of console output: more was "
+                "printed than could wait to be sent (counted in its losses as "
+                "dropped_console_chars)",
+                self._id,
+                self.dropped_console_chars,
+            )
         if self.dropped_records or self.failed_records:
             logger.warning(
                 "openruns: run %s lost records: %d dropped, failed %s%s",
@@ -454,15 +518,23 @@ class Run:
             )
 
     def _finish_quietly(
-        self, status: RunStatus, error: str, timeout: float | None, fatal: str | None = None
+        self,
+        status: RunStatus,
+        error: str,
+        timeout: float | None,
+        fatal: str | None = None,
+        exception: BaseException | None = None,
     ) -> None:
         """finish() for the exit hooks: never raises; the drain budget is the smaller one.
-        `fatal`: the uncaught exception that ends the process, reported to the run's owner."""
+        `fatal`: the uncaught exception that ends the process, reported to the run's owner;
+        `exception`: that exception, whose traceback goes to the run's console output."""
         budget = self._settings.finish_timeout
         if timeout is not None:
             budget = min(budget, timeout)
         if fatal is not None and self._fatal is None:
             self._fatal = fatal
+        if exception is not None and not self._finishing:
+            self._log_traceback(exception)
         try:
             self.finish(status=status, error=error, timeout=budget)
         except Exception:

@@ -4,6 +4,7 @@ episodes (a step's metrics are visible while its multi-MB rollouts still encode)
 
     log_metrics()     --> "metrics": queue --> encoder thread --> handoff --> sink thread --+
     log_annotations()
+    console lines (put_logs)
     log_episodes()    --> "records": queue --> encoder thread --> handoff --> sink thread --+-> Sink
     log_traces()                     (refs)    to_mapping, stamp,  (pieces,   compress each
                                                orjson in pieces,   bounded    frame, complete
@@ -19,6 +20,12 @@ Threads sleep on their queue or a deadline, never on a poll: the encoder wakes w
 arrive (metric rows: when WAKE_AT_RECORDS wait or when the oldest is MAX_BATCH_AGE old), the
 sink thread when a frame is handed on. The sink does the accounting (Stats): every accepted
 record ends up written, spooled, failed or dropped, and close() counts what its deadline left.
+
+Console lines (console.py) ride the metrics lane as the `logs` stream, like annotations, but are
+admitted by a budget of their own (`put_logs`): at most LOG_HELD_BYTES of them wait to be
+encoded, and at most a quarter of the queue's records, so a flood of prints never takes the
+room metric rows need; what the budget refuses is counted in characters
+(`Stats.dropped_console_chars`), not as dropped records.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..batches import Batch
 from ..records import (
@@ -46,7 +53,7 @@ from .encoder import Coercer, Piece, encode_metrics_row, encode_row, iter_pieces
 from .queue import ByteQueue, Item, RecordQueue
 from .stats import Stats
 
-__all__ = ["Pipeline", "Sink"]
+__all__ = ["LogLines", "Pipeline", "Sink"]
 
 logger = logging.getLogger("openruns")
 
@@ -56,8 +63,19 @@ MAX_BATCH_AGE = 1.0
 # Lines per batch (the upload unit): ~5 MB compressed, a request every ~0.1 s at full speed.
 BATCH_BYTES = 16 * 1024 * 1024
 HANDOFF_BYTES = {"metrics": 1024 * 1024, "records": 8 * 1024 * 1024}
-# Metric rows and annotations are small rows that must not wait behind episodes.
+# Metric rows, annotations and console lines are small rows that must not wait behind episodes.
 LANES = {"metrics": ROW_STREAMS, "records": ("episodes", "traces")}
+# Console lines waiting to be encoded, by what they hold: their characters plus a line's own
+# cost (its dict and strings, roughly LOG_LINE_COST bytes).
+LOG_HELD_BYTES = 4 * 1024 * 1024
+LOG_LINE_COST = 256
+
+
+class LogLines(NamedTuple):
+    """The payload of a `logs` item: line records and what they cost in the budget."""
+
+    rows: list[dict[str, Any]]
+    cost: int
 
 
 class Sink(Protocol):
@@ -106,6 +124,9 @@ class Pipeline:
 
     def _reset(self) -> None:
         self.stats = Stats()
+        self._log_lock = threading.Lock()  # console producers and the metrics encoder only
+        self._log_held = 0  # cost of the console lines queued and not yet encoded
+        self._log_held_lines = 0
         self._coercer = Coercer(self.stats.converted)
         self._named_nonfinite: set[str] = set()
         self._lanes = {name: _Lane(self, name, streams) for name, streams in LANES.items()}
@@ -121,12 +142,49 @@ class Pipeline:
     # -- producer side: cheap, never blocking -------------------------------------------------
 
     def put(self, kind: str, payload: Any, count: int, step: int | None, ts: float) -> bool:
-        """Queue one log_* call: `payload` is a metrics dict (kind metrics) or a list of
-        records (kind episodes or traces); False when it was refused (counted as dropped)."""
+        """Queue one log_* call: `payload` is a metrics dict (kind metrics), a list of records
+        (episodes, traces, annotations) or LogLines (logs, through put_logs); False when it
+        was refused (counted as dropped)."""
         if not self._started:
             self._start()  # a forked child starts its threads on first use
         lane = self._lanes["metrics" if kind in ROW_STREAMS else "records"]
         return lane.queue.put(kind, payload, count, step, ts)
+
+    def put_logs(self, rows: list[dict[str, Any]], *, budgeted: bool = True) -> bool:
+        """
+        Queue console line records (`{"ts", "stream", "source", "line"}`) on the metrics lane.
+        Never blocks. Beyond the console budget (see the module docstring) they are refused and
+        their characters counted in `stats.dropped_console_chars`; `budgeted=False` (a traceback,
+        the note of what was dropped: one record that must not lose to a flood) skips the
+        budget. False when refused, or when the pipeline is closed.
+        """
+        if self._closed or not rows:
+            return False
+        cost = 0
+        if budgeted:
+            chars = sum(len(row.get("line") or "") for row in rows)
+            cost = chars + LOG_LINE_COST * len(rows)
+            with self._log_lock:
+                fits = self._log_held + cost <= LOG_HELD_BYTES and self._log_held_lines + len(
+                    rows
+                ) <= max(1, self._max_records // 4)
+                if fits:
+                    self._log_held += cost
+                    self._log_held_lines += len(rows)
+            if not fits:
+                self.stats.count_dropped_console_chars(chars)
+                return False
+        if self.put("logs", LogLines(rows, cost), len(rows), None, time.time()):
+            return True
+        self.logs_encoded(LogLines(rows, cost))  # the queue refused them (counted as dropped)
+        return False
+
+    def logs_encoded(self, lines: LogLines) -> None:
+        """Console lines left the queue: their cost is free for the next ones."""
+        if lines.cost:
+            with self._log_lock:
+                self._log_held -= lines.cost
+                self._log_held_lines -= len(lines.rows)
 
     @property
     def dropped(self) -> int:
@@ -208,12 +266,13 @@ class Pipeline:
         self.stats.dropped_values = self._cleaner.dropped_values
         return encode_metrics_row(item.step, item.ts, values)
 
-    def annotation_line(self, annotation: Mapping[str, Any], ts: float) -> list[Piece] | None:
+    def row_line(self, kind: str, row: Mapping[str, Any], ts: float) -> list[Piece] | None:
+        """An annotation or a console line, with the time it was logged unless it has one."""
         try:
-            row = annotation if "ts" in annotation else {**annotation, "ts": ts}
-            return encode_row(row)
+            return encode_row(row if "ts" in row else {**row, "ts": ts})
         except Exception as exc:
-            self.stats.count_failed("encode", 1, exc, "encoding an annotation")
+            what = "an annotation" if kind == "annotations" else "a console line"
+            self.stats.count_failed("encode", 1, exc, f"encoding {what}")
             return None
 
     def record_line(self, stream: str, record: Any, step: int | None) -> Any:
@@ -295,12 +354,15 @@ class _Lane:
                         self._hand_on(work)
                     yield_gil()
                     continue
-                if item.kind == "annotations":
-                    for annotation in item.payload:
-                        line = pipeline.annotation_line(annotation, item.ts)
+                if item.kind in ("annotations", "logs"):
+                    logs = item.payload if item.kind == "logs" else None
+                    for row in item.payload if logs is None else logs.rows:
+                        line = pipeline.row_line(item.kind, row, item.ts)
                         if line is not None:
                             for work in cutter.add(line, None):
                                 self._hand_on(work)
+                    if logs is not None:
+                        pipeline.logs_encoded(logs)
                     yield_gil()
                     continue
                 for record in item.payload:
