@@ -20,7 +20,7 @@ from openruns.console import (
     traceback_record,
 )
 
-from .helpers import python
+from .helpers import only_run_dir, python, records
 
 
 def lines_of(records: list[dict]) -> list[str]:
@@ -228,3 +228,42 @@ def test_a_fork_after_stop_closes_none_of_the_childs_descriptors(tmp_path):
             timeout=60,
         )
         assert done.stdout == "ok\n"
+
+
+FORKING_OWNER = """
+import os, sys
+import openruns
+from openruns.rundir import iter_stream
+original = sys.stdout
+run = openruns.init(mode="offline", dir="runs")
+print("before the fork", flush=True)  # still waiting in the capture when the child is made
+pid = os.fork()
+if pid == 0:
+    code = 1
+    try:
+        print("from the child", flush=True)
+        code = 0 if run.attached else 2
+        run.finish()  # attached: flushes its own records only
+    finally:
+        os._exit(code)
+_, status = os.waitpid(pid, 0)
+print("after the fork")
+run.finish()
+assert sys.stdout is original, sys.stdout  # restored at finish
+print("after finish")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_fork_captures_nothing_twice_and_the_owner_restores_its_streams(tmp_path):
+    done = python(FORKING_OWNER, tmp_path, env={"OPENRUNS_CAPTURE_CONSOLE": "1"})
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert sorted(printed) == sorted(
+        ["before the fork", "from the child", "after the fork", "after finish"]
+    )
+    run_dir = only_run_dir(tmp_path / "runs")
+    kept = [(r["stream"], r["source"], r["line"]) for r in records(run_dir, "logs")]
+    # The parent's pending line went once (the child dropped its copy); the child, attached to
+    # the run, is not captured; nothing after finish is.
+    assert kept == [("stdout", "main", "before the fork"), ("stdout", "main", "after the fork")]

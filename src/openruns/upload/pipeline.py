@@ -24,7 +24,7 @@ record ends up written, spooled, failed or dropped, and close() counts what its 
 Console lines (console.py) ride the metrics lane as the `logs` stream, like annotations, but are
 admitted by a budget of their own (`put_logs`): at most LOG_HELD_BYTES of them wait to be
 encoded, and at most a quarter of the queue's records, so a flood of prints never takes the
-room metric rows need; what the budget refuses is counted in characters
+room metric rows need; the lines beyond the budget are refused and their characters counted
 (`Stats.dropped_console_chars`), not as dropped records.
 """
 
@@ -153,35 +153,48 @@ class Pipeline:
     def put_logs(self, rows: list[dict[str, Any]], *, budgeted: bool = True) -> bool:
         """
         Queue console line records (`{"ts", "stream", "source", "line"}`) on the metrics lane.
-        Never blocks. Beyond the console budget (see the module docstring) they are refused and
-        their characters counted in `stats.dropped_console_chars`; `budgeted=False` (a traceback,
-        the note of what was dropped: one record that must not lose to a flood) skips the
-        budget. False when refused, or when the pipeline is closed.
+        Never blocks. Within the console budget (see the module docstring) the first lines that
+        fit are queued; the rest are refused and their characters counted in
+        `stats.dropped_console_chars`. `budgeted=False` (a traceback, the note of what was
+        dropped: a record that must not lose to a flood) skips the budget. False when any line
+        was refused, or the pipeline is closed.
         """
         if self._closed or not rows:
             return False
-        cost = 0
+        given, cost = len(rows), 0
         if budgeted:
-            chars = sum(len(row.get("line") or "") for row in rows)
-            cost = chars + LOG_LINE_COST * len(rows)
-            with self._log_lock:
-                fits = self._log_held + cost <= LOG_HELD_BYTES and self._log_held_lines + len(
-                    rows
-                ) <= max(1, self._max_records // 4)
-                if fits:
-                    self._log_held += cost
-                    self._log_held_lines += len(rows)
-            if not fits:
-                self.stats.count_dropped_console_chars(chars)
+            fit, cost = self._take_log_budget(rows)
+            if fit < given:
+                refused = sum(len(row.get("line") or "") for row in rows[fit:])
+                self.stats.count_dropped_console_chars(refused)
+            if not fit:
                 return False
-        if self.put("logs", LogLines(rows, cost), len(rows), None, time.time()):
-            return True
-        self.logs_encoded(LogLines(rows, cost))  # the queue refused them (counted as dropped)
-        return False
+            rows = rows[:fit]
+        lines = LogLines(rows, cost)
+        if not self.put("logs", lines, len(rows), None, time.time()):
+            self.logs_encoded(lines)  # the queue refused them (counted as dropped records)
+            return False
+        return len(rows) == given
+
+    def _take_log_budget(self, rows: list[dict[str, Any]]) -> tuple[int, int]:
+        """(how many of the first rows fit in the console budget, their cost), taken."""
+        with self._log_lock:
+            room = LOG_HELD_BYTES - self._log_held
+            room_lines = max(1, self._max_records // 4) - self._log_held_lines
+            fit = cost = 0
+            for row in rows:
+                row_cost = len(row.get("line") or "") + LOG_LINE_COST
+                if fit >= room_lines or cost + row_cost > room:
+                    break
+                fit += 1
+                cost += row_cost
+            self._log_held += cost
+            self._log_held_lines += fit
+        return fit, cost
 
     def logs_encoded(self, lines: LogLines) -> None:
         """Console lines left the queue: their cost is free for the next ones."""
-        if lines.cost:
+        if lines.cost:  # budgeted lines (the others cost nothing)
             with self._log_lock:
                 self._log_held -= lines.cost
                 self._log_held_lines -= len(lines.rows)
