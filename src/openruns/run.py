@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 __all__ = ["Ownership", "Run"]
 
 logger = logging.getLogger("openruns")
+# How long the console capture's drain thread waits for room in the upload queue per batch of
+# lines before the rest is dropped (counted).
+_CONSOLE_WAIT = 2.0
 
 
 class Ownership(enum.Enum):
@@ -125,7 +128,11 @@ class Run:
         if self._pipeline is not None and settings.capture_console and ownership is Ownership.OWNER:
             from .console import ConsoleCapture
 
-            self._console = ConsoleCapture(self._log_console, source="main")
+            # Its drain thread may wait for room in the upload queue: only it waits, never the
+            # caller's print(), whose text waits in the capture (bounded there).
+            self._console = ConsoleCapture(
+                lambda lines: self._log_console(lines, wait=_CONSOLE_WAIT), source="main"
+            )
             self._console.start()
         fork.register(self)
         exits.opened(self)
@@ -342,11 +349,12 @@ class Run:
             fallback = step if step is not None else (self._step if self._step >= 0 else None)
             self._pipeline.put(stream, batch, len(batch), fallback, 0.0)
 
-    def _log_console(self, lines: list[dict[str, Any]]) -> None:
-        """Console line records (console.py) to the run's `logs` stream; never raises nor
-        blocks (what the console budget refuses is counted in dropped_console_chars)."""
+    def _log_console(self, lines: list[dict[str, Any]], wait: float = 0.0) -> None:
+        """Console line records (console.py) to the run's `logs` stream; never raises, waits
+        at most `wait` seconds for room (what the console budget refuses is counted in
+        dropped_console_chars)."""
         if self._pipeline is not None and lines:
-            self._pipeline.put_logs(lines)
+            self._pipeline.put_logs(lines, wait=wait)
 
     def _log_traceback(self, error: BaseException) -> None:
         """The formatted traceback of the error that ends this run (or this process's part of

@@ -76,3 +76,14 @@ def test_beyond_the_budget_lines_are_refused_and_counted_in_characters(make_pipe
     texts = [row["line"] for row in stored(wire, "logs")]
     assert texts == [f"{i:010d}" for i in range(3)] + ["x"] * 10 + ["Traceback ..."]
     assert len(stored(wire, "metrics")) == 25 and pipeline.dropped == 0
+
+
+def test_a_producer_that_may_wait_gets_room_as_the_encoder_frees_it(make_pipeline, monkeypatch):
+    monkeypatch.setattr(pipeline_module, "LOG_HELD_BYTES", 3 * (LOG_LINE_COST + 10))
+    wire = FakeWire()
+    pipeline = make_pipeline(wire)
+    # Five lines, room for three: the rest goes once the encoder has taken the first ones.
+    assert pipeline.put_logs([line(f"{i:010d}") for i in range(5)], wait=30.0)
+    assert pipeline.close(10.0)
+    assert [row["line"] for row in stored(wire, "logs")] == [f"{i:010d}" for i in range(5)]
+    assert pipeline.stats.dropped_console_chars == 0

@@ -24,7 +24,9 @@ record ends up written, spooled, failed or dropped, and close() counts what its 
 Console lines (console.py) ride the metrics lane as the `logs` stream, like annotations, but are
 admitted by a budget of their own (`put_logs`): at most LOG_HELD_BYTES of them wait to be
 encoded, and at most a quarter of the queue's records, so a flood of prints never takes the
-room metric rows need; the lines beyond the budget are refused and their characters counted
+room metric rows need. A producer that may wait (the capture's drain thread) waits for room; the
+others (a launcher reading its command's pipes, which must never make the command wait) do
+not. Lines still beyond the budget are refused and their characters counted
 (`Stats.dropped_console_chars`), not as dropped records.
 """
 
@@ -124,7 +126,8 @@ class Pipeline:
 
     def _reset(self) -> None:
         self.stats = Stats()
-        self._log_lock = threading.Lock()  # console producers and the metrics encoder only
+        # Console producers and the metrics encoder only (never a log_* call).
+        self._log_room = threading.Condition(threading.Lock())
         self._log_held = 0  # cost of the console lines queued and not yet encoded
         self._log_held_lines = 0
         self._coercer = Coercer(self.stats.converted)
@@ -150,44 +153,58 @@ class Pipeline:
         lane = self._lanes["metrics" if kind in ROW_STREAMS else "records"]
         return lane.queue.put(kind, payload, count, step, ts)
 
-    def put_logs(self, rows: list[dict[str, Any]], *, budgeted: bool = True) -> bool:
+    def put_logs(
+        self, rows: list[dict[str, Any]], *, wait: float = 0.0, budgeted: bool = True
+    ) -> bool:
         """
-        Queue console line records (`{"ts", "stream", "source", "line"}`) on the metrics lane.
-        Never blocks. Within the console budget (see the module docstring) the first lines that
-        fit are queued; the rest are refused and their characters counted in
-        `stats.dropped_console_chars`. `budgeted=False` (a traceback, the note of what was
-        dropped: a record that must not lose to a flood) skips the budget. False when any line
-        was refused, or the pipeline is closed.
+        Queue console line records (`{"ts", "stream", "source", "line"}`) on the metrics lane,
+        within the console budget (see the module docstring): the lines that fit go, oldest
+        first; for the rest the call waits up to `wait` seconds for the encoder to free room
+        (0: never blocks; a producer whose own caller must not wait passes 0), then refuses them
+        and counts their characters in `stats.dropped_console_chars`. `budgeted=False` (a
+        traceback, the note of what was dropped: one record that must not lose to a flood)
+        skips the budget. False when any line was refused, or the pipeline is closed.
         """
         if self._closed or not rows:
             return False
-        given, cost = len(rows), 0
-        if budgeted:
-            fit, cost = self._take_log_budget(rows)
-            if fit < given:
-                refused = sum(len(row.get("line") or "") for row in rows[fit:])
-                self.stats.count_dropped_console_chars(refused)
+        if not budgeted:
+            return self._queue_logs(LogLines(rows, 0))
+        deadline = time.monotonic() + wait
+        while rows:
+            fit, cost = self._take_log_budget(rows, deadline)
             if not fit:
-                return False
-            rows = rows[:fit]
-        lines = LogLines(rows, cost)
-        if not self.put("logs", lines, len(rows), None, time.time()):
-            self.logs_encoded(lines)  # the queue refused them (counted as dropped records)
-            return False
-        return len(rows) == given
+                break
+            if not self._queue_logs(LogLines(rows[:fit], cost)):
+                return False  # the queue itself is full: counted as dropped records
+            rows = rows[fit:]
+        if rows:
+            self.stats.count_dropped_console_chars(sum(len(row.get("line") or "") for row in rows))
+        return not rows
 
-    def _take_log_budget(self, rows: list[dict[str, Any]]) -> tuple[int, int]:
-        """(how many of the first rows fit in the console budget, their cost), taken."""
-        with self._log_lock:
-            room = LOG_HELD_BYTES - self._log_held
-            room_lines = max(1, self._max_records // 4) - self._log_held_lines
-            fit = cost = 0
-            for row in rows:
-                row_cost = len(row.get("line") or "") + LOG_LINE_COST
-                if fit >= room_lines or cost + row_cost > room:
+    def _queue_logs(self, lines: LogLines) -> bool:
+        if self.put("logs", lines, len(lines.rows), None, time.time()):
+            return True
+        self.logs_encoded(lines)  # refused by the queue (counted there as dropped records)
+        return False
+
+    def _take_log_budget(self, rows: list[dict[str, Any]], deadline: float) -> tuple[int, int]:
+        """(how many of the first rows fit in the console budget, their cost), taken; waits
+        until at least one fits or `deadline` (time.monotonic()) passes."""
+        with self._log_room:
+            while True:
+                room = LOG_HELD_BYTES - self._log_held
+                room_lines = max(1, self._max_records // 4) - self._log_held_lines
+                fit = cost = 0
+                for row in rows:
+                    row_cost = len(row.get("line") or "") + LOG_LINE_COST
+                    if fit >= room_lines or cost + row_cost > room:
+                        break
+                    fit += 1
+                    cost += row_cost
+                left = deadline - time.monotonic()
+                if fit or left <= 0 or self._closed:
                     break
-                fit += 1
-                cost += row_cost
+                self._log_room.wait(left)
             self._log_held += cost
             self._log_held_lines += fit
         return fit, cost
@@ -195,9 +212,10 @@ class Pipeline:
     def logs_encoded(self, lines: LogLines) -> None:
         """Console lines left the queue: their cost is free for the next ones."""
         if lines.cost:  # budgeted lines (the others cost nothing)
-            with self._log_lock:
+            with self._log_room:
                 self._log_held -= lines.cost
                 self._log_held_lines -= len(lines.rows)
+                self._log_room.notify_all()
 
     @property
     def dropped(self) -> int:
@@ -241,6 +259,8 @@ class Pipeline:
         if self._closed:
             return True
         self._closed = True
+        with self._log_room:
+            self._log_room.notify_all()  # a console producer waiting for room gives up
         if not self._started:
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
