@@ -169,3 +169,17 @@ def test_openruns_run_keeps_the_commands_output_even_when_it_aborts(tmp_path):
     kept = {(r["source"], r["stream"], r["line"]) for r in logs(run_dir)}
     assert ("job step", "stdout", "step 1: loss 0.5") in kept
     assert ("job step", "stderr", "fatal: CUDA error: an illegal memory access") in kept
+
+
+def test_a_launcher_inside_a_launcher_sends_the_commands_output_once(tmp_path):
+    command = script(tmp_path, "command.py", 'print("only once")\n')
+    inner = [sys.executable, "-m", "openruns.cli", "run", "--", sys.executable, command]
+    proc = openruns_cli(
+        "run", "--mode", "offline", "--dir", "runs", "--", *inner, cwd=tmp_path, env=CAPTURE_ON
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "attached to run" in proc.stderr  # the inner launcher joined the outer one's run
+    run_dir, doc = the_run(tmp_path / "runs")
+    assert doc["status"] == "completed"
+    kept = [(r["source"], r["line"]) for r in logs(run_dir) if r["line"] == "only once"]
+    assert kept == [("job step", "only once")]

@@ -86,8 +86,11 @@ def run(args: argparse.Namespace) -> int:
     supervisor = Supervisor(args.grace, PROG)
     supervisor.install_signal_handlers()
     # The command's output goes with the run (the Logs tab): read from its pipes here, in
-    # another process than the command, and copied to this terminal as it comes.
-    capture = owned.settings.capture_console and owned.run.mode != "disabled"
+    # another process than the command, and copied to this terminal as it comes. Not by a
+    # launcher attached to another's run: the owner's launcher already reads this one's output.
+    capture = (
+        owned.settings.capture_console and owned.run.mode != "disabled" and not owned.run.attached
+    )
     env = owned.child_environment()
     if capture and sys.stdout.isatty():
         env.setdefault("PYTHONUNBUFFERED", "1")  # a pipe would make Python block-buffer
