@@ -56,6 +56,10 @@ __all__ = [
 ]
 
 MAX_LINE_CHARS = 16_384
+# What a launcher's reader holds before it hands lines on: a pipe's batch is handed on early
+# once this much is read; a followed file that grew by more since the last pass is skipped to
+# its last MAX_HELD_BYTES (the skipped bytes are counted and said).
+MAX_HELD_BYTES = 4 * 1024 * 1024
 Emit = Callable[[list[dict[str, Any]]], None]
 
 
@@ -296,7 +300,8 @@ class PipeTee:
     """
     A child's stdout or stderr pipe, read on a thread: each chunk is written to `copy_fd` (the
     launcher's own terminal or file) as it comes and cut into line records for `emit`, batched
-    every `flush_interval`. Another process than the child, so a crashing child loses nothing.
+    every `flush_interval` (or MAX_HELD_BYTES). Another process than the child, so a crashing
+    child loses nothing; the child never waits for it beyond the copy to the terminal.
     """
 
     def __init__(
@@ -325,6 +330,7 @@ class PipeTee:
     def _loop(self) -> None:
         fd = self._pipe.fileno()
         batch: list[dict[str, Any]] = []
+        held = 0
         due = time.monotonic() + self.flush_interval
         while True:
             data = os.read(fd, 65536)
@@ -332,9 +338,10 @@ class PipeTee:
                 break
             _write_all(self._copy_fd, data)
             batch.extend(self._cutter.feed_bytes(data, time.time()))
-            if batch and time.monotonic() >= due:
+            held += len(data)
+            if batch and (held >= MAX_HELD_BYTES or time.monotonic() >= due):
                 _safe_emit(self._emit, batch)
-                batch = []
+                batch, held = [], 0
                 due = time.monotonic() + self.flush_interval
         self._pipe.close()
         batch.extend(self._cutter.close())
@@ -345,11 +352,21 @@ class FileFollower:
     """
     Follows files others write (`openruns launch`'s component logs) on one thread: every
     `interval` seconds the new bytes of each file become line records of stream "output" with
-    the file's source name; `stop()` reads what is left and emits the partial lines.
+    the file's source name; `stop()` reads what is left and emits the partial lines. A file
+    that grew by more than MAX_HELD_BYTES since the last pass is read from its last
+    MAX_HELD_BYTES; the bytes skipped are counted (`dropped_bytes`, and `on_skip(n)`) and said
+    in a line of that source.
     """
 
-    def __init__(self, emit: Emit, interval: float = 1.0):
+    def __init__(
+        self,
+        emit: Emit,
+        interval: float = 1.0,
+        on_skip: Callable[[int], None] | None = None,
+    ):
         self._emit = emit
+        self._on_skip = on_skip
+        self.dropped_bytes = 0
         self.interval = interval
         self._files: dict[str, tuple[Path, LineCutter]] = {}
         self._offsets: dict[str, int] = {}
@@ -376,12 +393,31 @@ class FileFollower:
     def _read_all(self, final: bool) -> None:
         records: list[dict[str, Any]] = []
         for source, (path, cutter) in list(self._files.items()):
+            skipped = 0
             try:
                 with path.open("rb") as fh:
+                    unread = os.fstat(fh.fileno()).st_size - self._offsets[source]
+                    if unread > MAX_HELD_BYTES:
+                        skipped = unread - MAX_HELD_BYTES
+                        self._offsets[source] += skipped
                     fh.seek(self._offsets[source])
-                    data = fh.read()
+                    data = fh.read(MAX_HELD_BYTES)
             except OSError:
                 data = b""
+            if skipped:
+                self.dropped_bytes += skipped
+                if self._on_skip is not None:
+                    self._on_skip(skipped)
+                records.extend(cutter.close())
+                note = f"[openruns: {skipped} bytes of this output were skipped: it grew faster"
+                records.append(
+                    {
+                        "ts": time.time(),
+                        "stream": "output",
+                        "source": source,
+                        "line": f"{note} than it could be sent]",
+                    }
+                )
             self._offsets[source] += len(data)
             if data:
                 records.extend(cutter.feed_bytes(data, time.time()))

@@ -356,6 +356,11 @@ class Run:
         if self._pipeline is not None and lines:
             self._pipeline.put_logs(lines, wait=wait)
 
+    def _count_dropped_console(self, chars: int) -> None:
+        """Console output a launcher could not keep (a followed file that grew too fast)."""
+        if self._pipeline is not None:
+            self._pipeline.stats.count_dropped_console_chars(chars)
+
     def _log_traceback(self, error: BaseException) -> None:
         """The formatted traceback of the error that ends this run (or this process's part of
         it) as one record of stream "traceback", which the Logs tab shows first."""

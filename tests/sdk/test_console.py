@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from openruns import console
 from openruns.console import (
     MAX_LINE_CHARS,
     ConsoleCapture,
@@ -267,3 +269,41 @@ def test_a_fork_captures_nothing_twice_and_the_owner_restores_its_streams(tmp_pa
     # The parent's pending line went once (the child dropped its copy); the child, attached to
     # the run, is not captured; nothing after finish is.
     assert kept == [("stdout", "main", "before the fork"), ("stdout", "main", "after the fork")]
+
+
+def test_a_followed_file_that_grew_too_fast_is_skipped_to_its_end_and_the_skip_said(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(console, "MAX_HELD_BYTES", 100)
+    emitted: list[dict] = []
+    skipped: list[int] = []
+    log = tmp_path / "trainer.log"
+    log.write_text("".join(f"line {i:04d}\n" for i in range(100)))  # 1,000 bytes
+    follower = FileFollower(emitted.extend, interval=3600, on_skip=skipped.append)
+    follower.follow("trainer", log)
+    follower.start()
+    follower.stop()  # one pass, the final one
+    assert skipped == [900] and follower.dropped_bytes == 900
+    assert lines_of(emitted)[0].startswith("[openruns: 900 bytes of this output were skipped")
+    assert lines_of(emitted)[1:] == [f"line {i:04d}" for i in range(90, 100)]
+
+
+def test_a_pipe_read_faster_than_its_interval_is_handed_on_in_bounded_batches(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(console, "MAX_HELD_BYTES", 100)
+    batches: list[list[dict]] = []
+    read_fd, write_fd = os.pipe()
+    with open(os.devnull, "wb") as devnull:
+        tee = PipeTee(os.fdopen(read_fd, "rb"), devnull.fileno(), "stdout", "job step",
+                      batches.append, flush_interval=3600).start()  # fmt: skip
+        for i in range(50):
+            os.write(write_fd, f"line {i:04d}\n".encode())  # 500 bytes, in 50 reads or fewer
+        # Handed on before the pipe ends and long before the interval: the bound did it.
+        deadline = time.monotonic() + 30
+        while not batches and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert batches
+        os.close(write_fd)
+        tee.join(timeout=30)
+    assert [r["line"] for batch in batches for r in batch] == [f"line {i:04d}" for i in range(50)]

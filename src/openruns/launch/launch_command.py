@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     if owned.settings.capture_console and owned.run.mode != "disabled":
         from ..console import FileFollower
 
-        follower = FileFollower(owned.run._log_console).start()
+        run = owned.run
+        follower = FileFollower(run._log_console, on_skip=run._count_dropped_console).start()
     start_error: str | None = None
     for component in job.components:
         env = {**base_env, **component.env, COMPONENT_ENV: component.name}
