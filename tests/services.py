@@ -1,6 +1,6 @@
 """
-Services the scale-out tests need, started once per test session (per xdist worker), on
-loopback, and thrown away at its end:
+Services the scale-out tests need, started on first use once per pytest run (shared by its
+xdist workers), on loopback, and thrown away when the run ends:
 
 - a PostgreSQL cluster in a temporary directory (Debian's `postgresql` package: initdb and
   pg_ctl; as root they run as the `postgres` user, which the package creates), with fsync off:
@@ -13,15 +13,24 @@ Under CI=true a missing PostgreSQL fails the tests that need it; elsewhere they 
 what to install. `Stores` is where one deployment keeps its data, whichever kind it is.
 
 Loaded as a plugin by tests/conftest.py (`pytest_plugins`), so the session fixtures exist once.
+The process that starts the run (xdist's controller, or pytest alone) names a directory in
+$OPENRUNS_TESTS_SERVICES_DIR before any worker starts; the first worker to need a service
+starts it under a lock on that directory and writes where it listens, the others attach, and
+the controller stops what was started when the run ends. One cluster and one moto instead of
+one per worker: the workers' initdb runs were a tenth of the suite's CPU on two cores.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import itertools
+import json
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -40,6 +49,44 @@ __all__ = ["BACKENDS", "PostgresCluster", "S3Endpoint", "Stores", "StoresFactory
 BACKENDS = ("sqlite", "postgres")
 
 _CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# Where the run's shared services are described (see the module's docstring).
+SHARED_DIR_ENV = "OPENRUNS_TESTS_SERVICES_DIR"
+_shared_dir: Path | None = None  # read once at configure time: tests may clear the environment
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _shared_dir
+    if not hasattr(config, "workerinput") and not os.environ.get(SHARED_DIR_ENV):
+        os.environ[SHARED_DIR_ENV] = tempfile.mkdtemp(prefix="openruns-services-")
+        config.stash[_OWNER] = True
+    _shared_dir = Path(os.environ[SHARED_DIR_ENV])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.stash.get(_OWNER, False) and _shared_dir is not None:
+        _stop_shared(_shared_dir)
+        os.environ.pop(SHARED_DIR_ENV, None)
+
+
+_OWNER = pytest.StashKey[bool]()
+
+
+@contextlib.contextmanager
+def _shared(name: str) -> Iterator[Path]:
+    """The description file of a shared service, held under the run's lock."""
+    assert _shared_dir is not None, "tests.services is loaded as a pytest plugin"
+    with (_shared_dir / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield _shared_dir / f"{name}.json"
+
+
+def _stop_shared(directory: Path) -> None:
+    if (described := directory / "postgres.json").exists():
+        PostgresCluster.stop_described(json.loads(described.read_text()))
+    if (described := directory / "s3.json").exists():
+        S3Endpoint.stop_described(json.loads(described.read_text()))
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _unavailable(reason: str) -> None:
@@ -99,6 +146,26 @@ class PostgresCluster:
         self.port = 0
         self._names = itertools.count()
         self._admin: Any = None
+        self.attached = False  # started by another process of the run, which stops it
+
+    def describe(self) -> dict[str, Any]:
+        return {"bindir": str(self.bindir), "root": str(self.root), "port": self.port,
+                "user": self.user}  # fmt: skip
+
+    @classmethod
+    def attach(cls, described: dict[str, Any]) -> PostgresCluster:
+        cluster = cls.__new__(cls)
+        cluster.bindir, cluster.durable = Path(described["bindir"]), False
+        cluster.root, cluster.user = Path(described["root"]), described["user"]
+        cluster.data, cluster.log = cluster.root / "data", cluster.root / "server.log"
+        cluster.port, cluster._names, cluster.attached = described["port"], itertools.count(), True
+        cluster._connect_admin()
+        return cluster
+
+    def _connect_admin(self) -> None:
+        import psycopg
+
+        self._admin = psycopg.connect(self.url("postgres", driver=False), autocommit=True)
 
     def _run(self, *args: str) -> None:
         subprocess.run(
@@ -135,9 +202,7 @@ class PostgresCluster:
                 continue
         else:
             raise RuntimeError(f"PostgreSQL did not start: {self.log.read_text()[-2000:]}")
-        import psycopg
-
-        self._admin = psycopg.connect(self.url("postgres", driver=False), autocommit=True)
+        self._connect_admin()
         self._admin.execute(f"CREATE DATABASE {self.TEMPLATE}")
         from openruns.server.store import Store
 
@@ -150,23 +215,41 @@ class PostgresCluster:
 
     def new_database(self, migrated: bool = True) -> str:
         """A fresh database: a copy of the migrated template, or empty (template0)."""
-        name = f"t{next(self._names)}"
+        import psycopg
+
+        name = f"t{os.getpid()}_{next(self._names)}"  # workers share the cluster
         template = self.TEMPLATE if migrated else "template0"
-        self._admin.execute(f"CREATE DATABASE {name} TEMPLATE {template} STRATEGY FILE_COPY")
+        for attempt in range(50):
+            try:
+                self._admin.execute(
+                    f"CREATE DATABASE {name} TEMPLATE {template} STRATEGY FILE_COPY"
+                )  # noqa: E501
+                break
+            except psycopg.errors.ObjectInUse:  # another worker is copying the same template
+                if attempt == 49:
+                    raise
+                time.sleep(0.1)
         return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
 
     def stop(self) -> None:
         if self._admin is not None:
             self._admin.close()
-        if self.data.exists():
+        if not self.attached:
+            self.stop_described(self.describe())
+
+    @staticmethod
+    def stop_described(described: dict[str, Any]) -> None:
+        root = Path(described["root"])
+        if (root / "data").exists():
             subprocess.run(
-                [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"],
+                [str(Path(described["bindir"]) / "pg_ctl"), "-D", str(root / "data"), "-m",
+                 "immediate", "stop"],
                 capture_output=True,
-                cwd=self.root,
-                user=self.user,
+                cwd=root,
+                user=described["user"],
                 timeout=60,
-            )
-        shutil.rmtree(self.root, ignore_errors=True)
+            )  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _has_user(name: str) -> bool:
@@ -181,42 +264,72 @@ def _has_user(name: str) -> bool:
 
 
 class S3Endpoint:
-    """moto's S3 server on 127.0.0.1 in a subprocess; `new_bucket()` is a fresh s3:// URL."""
+    """moto's S3 server on 127.0.0.1 in a subprocess; `new_bucket()` is a fresh s3:// URL.
+
+    Spawned with `os.posix_spawn`, not `subprocess.Popen`: a shared endpoint outlives the
+    worker that started it (the run's owner stops it by pid), and a Popen object collected
+    while its process runs is a ResourceWarning."""
 
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="openruns-s3-"))
         self.log = self.root / "moto.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.pid = 0
         self.url = ""
         self._names = itertools.count()
         self.client: Any = None
+        self.attached = False  # started for the whole run: its owner stops it at the end
+
+    def describe(self) -> dict[str, Any]:
+        return {"url": self.url, "pid": self.pid, "root": str(self.root)}
+
+    @classmethod
+    def attach(cls, described: dict[str, Any]) -> S3Endpoint:
+        endpoint = cls.__new__(cls)
+        endpoint.root, endpoint.log = Path(described["root"]), Path(described["root"]) / "moto.log"
+        endpoint.pid, endpoint.url = described["pid"], described["url"]
+        endpoint._names, endpoint.attached = itertools.count(), True
+        endpoint._connect()
+        return endpoint
+
+    def _connect(self) -> None:
+        import boto3
+
+        self.client = boto3.client("s3", endpoint_url=self.url)
+
+    @staticmethod
+    def stop_described(described: dict[str, Any]) -> None:
+        """Stop an endpoint another process of the run started (it is not our child)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(described["pid"], signal.SIGTERM)
+        shutil.rmtree(described["root"], ignore_errors=True)
 
     def start(self) -> S3Endpoint:
         for _ in range(3):
             port = free_port()
-            with self.log.open("ab") as log:
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
+            log = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+                self.pid = os.posix_spawn(
+                    sys.executable,
+                    command,
+                    os.environ,
+                    file_actions=[(os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)],
                 )
+            finally:
+                os.close(log)
             self.url = f"http://127.0.0.1:{port}"
             try:
                 _wait(self._answers, 30, "moto's S3 server", self.log)
                 break
             except RuntimeError:
-                self.proc.kill()
-                self.proc.wait(10)
+                self._kill_child()
         else:
             raise RuntimeError(f"moto did not start: {self.log.read_text()[-2000:]}")
-        import boto3
-
-        self.client = boto3.client("s3", endpoint_url=self.url)
+        self._connect()
         return self
 
     def _answers(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
+        if os.waitpid(self.pid, os.WNOHANG)[0]:
             raise RuntimeError(f"moto exited: {self.log.read_text()[-2000:]}")
         try:
             with socket.create_connection(("127.0.0.1", int(self.url.rsplit(":", 1)[1])), 1):
@@ -224,19 +337,28 @@ class S3Endpoint:
         except OSError:
             return False
 
+    def _kill_child(self) -> None:
+        with contextlib.suppress(ChildProcessError, ProcessLookupError):
+            os.kill(self.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while not os.waitpid(self.pid, os.WNOHANG)[0]:
+                if time.monotonic() > deadline:
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+                    break
+                time.sleep(0.05)
+
     def new_bucket(self) -> str:
         name = f"openruns-{os.getpid()}-{next(self._names)}"
         self.client.create_bucket(Bucket=name)
         return f"s3://{name}/blobs"
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        """Stop an endpoint this process started for itself (a shared one is left to the run's
+        owner)."""
+        if self.attached:
+            return
+        self._kill_child()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -311,7 +433,13 @@ class StoresFactory:
                     "the PostgreSQL store need its initdb and pg_ctl"
                 )
             assert bindir is not None
-            self._postgres = PostgresCluster(bindir).start()
+            with _shared("postgres") as described:
+                if described.exists():
+                    self._postgres = PostgresCluster.attach(json.loads(described.read_text()))
+                else:
+                    self._postgres = PostgresCluster(bindir).start()
+                    self._postgres.attached = True  # the run's owner stops it at the end
+                    described.write_text(json.dumps(self._postgres.describe()))
         return self._postgres
 
     def s3(self) -> S3Endpoint:
@@ -319,7 +447,13 @@ class StoresFactory:
             for name, value in _AWS_ENV.items():
                 self._saved_env[name] = os.environ.get(name)
                 os.environ[name] = value
-            self._s3 = S3Endpoint().start()
+            with _shared("s3") as described:
+                if described.exists():
+                    self._s3 = S3Endpoint.attach(json.loads(described.read_text()))
+                else:
+                    self._s3 = S3Endpoint().start()
+                    self._s3.attached = True  # the run's owner stops it at the end
+                    described.write_text(json.dumps(self._s3.describe()))
         return self._s3
 
     def new(self, kind: str, tmp: Path | None = None) -> Stores:

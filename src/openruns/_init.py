@@ -265,7 +265,7 @@ def _environments(
     if values is None:
         return []
     if isinstance(values, (str, Mapping, EnvironmentRef)):
-        values = [values]  # type: ignore[list-item]
+        values = [values]
     out = []
     for value in values:
         if isinstance(value, EnvironmentRef):

@@ -245,7 +245,7 @@ def make_episode(rng: random.Random, step: int, progress: float, work: str) -> d
     answer = a * b if correct else a * b + rng.randint(1, 9)
     env = rng.choice(ENVS)
     start = time.time()
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a careful assistant. Use the calculator."},
         {"role": "user", "content": f"What is {a} * {b}? Think step by step."},
         {

@@ -92,7 +92,8 @@ def trace_to_sample(
     for name, reward in trace.rewards.items():
         if reward is not None:
             row.setdefault(name, reward.score)
-    return _finite(row)
+    finite: dict[str, Any] = _finite(row)
+    return finite
 
 
 def episode_to_samples(episode: Any, rollout_number: int) -> list[dict[str, Any]]:
@@ -170,29 +171,28 @@ def train_sample_schema() -> Any:
     import pyarrow as pa
 
     text, integer, real = pa.string(), pa.int64(), pa.float64()
-    return pa.schema(
-        [
-            ("run_id", text),
-            ("step", integer),
-            ("tag", text),
-            ("problem_id", integer),
-            ("sample_id", integer),
-            ("prompt", text),
-            ("completion", text),
-            ("trajectory", text),
-            ("answer", text),
-            ("env_name", text),
-            ("task", text),
-            ("info", text),
-            ("reward", real),
-            ("advantage", real),
-            ("metrics", text),
-            ("timing", text),
-            ("num_input_tokens", integer),
-            ("num_output_tokens", integer),
-            ("created_at", pa.timestamp("us", tz="UTC")),
-        ]
-    )
+    columns: list[tuple[str, pa.DataType]] = [
+        ("run_id", text),
+        ("step", integer),
+        ("tag", text),
+        ("problem_id", integer),
+        ("sample_id", integer),
+        ("prompt", text),
+        ("completion", text),
+        ("trajectory", text),
+        ("answer", text),
+        ("env_name", text),
+        ("task", text),
+        ("info", text),
+        ("reward", real),
+        ("advantage", real),
+        ("metrics", text),
+        ("timing", text),
+        ("num_input_tokens", integer),
+        ("num_output_tokens", integer),
+        ("created_at", pa.timestamp("us", tz="UTC")),
+    ]
+    return pa.schema(columns)
 
 
 def episodes_to_parquet_bytes(

@@ -15,7 +15,7 @@ import math
 import numbers
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 logger = logging.getLogger("openruns")
 
@@ -65,7 +65,8 @@ def stamp_run(record: Mapping[str, Any], run_id: str, run_type: str) -> dict[str
     from its own run block, or the episode's when it has none. A record without an `id` gets one.
     """
     out = dict(record)
-    envelope_run = record.get("run") if isinstance(record.get("run"), Mapping) else {}
+    own_run = record.get("run")
+    envelope_run: Mapping[str, Any] = own_run if isinstance(own_run, Mapping) else {}
     out["run"] = {**envelope_run, "id": run_id, "type": run_type}
     if "id" not in out:
         out["id"] = uuid.uuid4().hex
@@ -128,12 +129,14 @@ def record_kind(record: Mapping[str, Any], traces: list[Any] | None = None) -> s
     run = record.get("run")
     run = run if isinstance(run, Mapping) else {}
     work = run.get("work")
-    if isinstance(work, Mapping) and _text(work.get("type")) is not None:
-        return work["type"]
+    work_type = _text(work.get("type")) if isinstance(work, Mapping) else None
+    if work_type is not None:
+        return work_type
     if traces and isinstance(traces[0], Mapping):
         info = traces[0].get("info")
-        if isinstance(info, Mapping) and _text(info.get("kind")) is not None:
-            return info["kind"]
+        info_kind = _text(info.get("kind")) if isinstance(info, Mapping) else None
+        if info_kind is not None:
+            return info_kind
     return _text(run.get("type"))
 
 
@@ -178,7 +181,9 @@ class MetricsCleaner:
         return kept
 
 
-def _flatten_into(prefix: str, values: Mapping[Any, Any], kept: dict, dropped: dict) -> None:
+def _flatten_into(
+    prefix: str, values: Mapping[Any, Any], kept: dict[str, float | int], dropped: dict[str, str]
+) -> None:
     for key, value in values.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
@@ -258,10 +263,12 @@ def record_step(record: Mapping[str, Any], fallback: int | None) -> int | None:
     run = record.get("run")
     if isinstance(run, Mapping):
         work = run.get("work")
-        if isinstance(work, Mapping) and _is_int(work.get("step")):
-            return work["step"]
-    if _is_int(record.get("step")):
-        return record["step"]
+        work_step = work.get("step") if isinstance(work, Mapping) else None
+        if _is_int(work_step):
+            return work_step
+    step = record.get("step")
+    if _is_int(step):
+        return step
     return fallback
 
 
@@ -305,8 +312,9 @@ def _env_name(env: Any) -> str | None:
         return env or None
     if isinstance(env, Mapping):
         for key in ("id", "name"):
-            if isinstance(env.get(key), str) and env[key]:
-                return env[key]
+            name = env.get(key)
+            if isinstance(name, str) and name:
+                return name
     return None
 
 
@@ -339,7 +347,7 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

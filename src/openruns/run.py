@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import exits
 from .backends.base import Backend
@@ -575,7 +575,7 @@ class Run:
     def __enter__(self) -> Run:
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         try:
             if exc is None:
                 self.finish()

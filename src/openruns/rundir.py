@@ -423,7 +423,8 @@ def read_record(run_dir: Path, stream: str, row: dict[str, Any]) -> dict[str, An
     except FileNotFoundError:
         return None
     data = batch_lines(frames, 0)
-    return orjson.loads(data[row["offset"] : row["offset"] + row["length"]])
+    record: dict[str, Any] = orjson.loads(data[row["offset"] : row["offset"] + row["length"]])
+    return record
 
 
 def _frame_starts(batch: StoredBatch) -> tuple[list[int], list[int], list[int]]:
@@ -448,7 +449,8 @@ def _last_frame(sizes: list[int], first: int, end: int) -> int:
 
 def read_json(path: Path) -> dict[str, Any] | None:
     try:
-        return orjson.loads(path.read_bytes())
+        doc: dict[str, Any] = orjson.loads(path.read_bytes())
+        return doc
     except FileNotFoundError:
         return None
 

@@ -21,6 +21,7 @@ host without it or without a driver simply has no GPU rows.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import re
@@ -103,24 +104,7 @@ class GpuSampler:
         nvml = self._nvml
         out: dict[str, float] = {}
         for i, handle in enumerate(self._handles):
-            prefix = f"system/gpu/{i}"
-            _read(
-                out,
-                f"{prefix}/util_percent",
-                lambda h=handle: nvml.nvmlDeviceGetUtilizationRates(h).gpu,
-            )
-            memory = _call(lambda h=handle: nvml.nvmlDeviceGetMemoryInfo(h))
-            if memory is not None and memory.total:
-                out[f"{prefix}/memory_used_gib"] = memory.used / GiB
-                out[f"{prefix}/memory_percent"] = 100.0 * memory.used / memory.total
-            _read(
-                out, f"{prefix}/power_w", lambda h=handle: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0
-            )
-            _read(
-                out,
-                f"{prefix}/temperature_c",
-                lambda h=handle: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU),
-            )
+            _sample_gpu(out, f"system/gpu/{i}", nvml, handle)
         return out
 
     def close(self) -> None:
@@ -130,10 +114,23 @@ class GpuSampler:
             self._handles = []
 
 
-def _import_pynvml() -> ModuleType:
-    import pynvml
+def _sample_gpu(out: dict[str, float], prefix: str, nvml: Any, handle: Any) -> None:
+    _read(out, f"{prefix}/util_percent", lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+    memory = _call(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+    if memory is not None and memory.total:
+        out[f"{prefix}/memory_used_gib"] = memory.used / GiB
+        out[f"{prefix}/memory_percent"] = 100.0 * memory.used / memory.total
+    _read(out, f"{prefix}/power_w", lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
+    _read(
+        out,
+        f"{prefix}/temperature_c",
+        lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
+    )
 
-    return pynvml
+
+def _import_pynvml() -> ModuleType:
+    # By name: nvidia-ml-py ships no type information, and the module is only handed on.
+    return importlib.import_module("pynvml")
 
 
 def _call(read: Callable[[], Any]) -> Any:

@@ -6,7 +6,7 @@ import importlib
 import itertools
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 from ..errors import ConfigurationError
@@ -65,7 +65,7 @@ class Client:
         return itertools.islice(pages, limit) if limit is not None else pages
 
     def run(self, run_id: str) -> dict[str, Any]:
-        return self._get(_run_path(run_id))
+        return cast(dict[str, Any], self._get(_run_path(run_id)))
 
     def metrics(
         self,
@@ -172,13 +172,14 @@ class Client:
         many of its episodes were trained at another step than dispatched at)."""
         params = {"stream": stream, "by": by, "kind": kind, "subset": subset, "env": env}
         query = {k: v for k, v in params.items() if v is not None}
-        return self._get(f"{_run_path(run_id)}/steps", query)
+        return cast(list[dict[str, Any]], self._get(f"{_run_path(run_id)}/steps", query))
 
     def episode(self, run_id: str, episode_id: str, *, annotations: bool = True) -> dict[str, Any]:
         """One whole episode or trace, as it was logged, with the annotations about it folded
         in (`annotations=False`: exactly as logged)."""
         params = None if annotations else {"annotations": "false"}
-        return self._get(f"{_run_path(run_id)}/episodes/{quote(episode_id, safe='')}", params)
+        path = f"{_run_path(run_id)}/episodes/{quote(episode_id, safe='')}"
+        return cast(dict[str, Any], self._get(path, params))
 
     def annotations(self, run_id: str, episode_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Annotations as they were logged (with producer and ts), in stored order; of one

@@ -12,10 +12,14 @@ __all__ = ["Backend"]
 
 
 class Backend(Protocol):
-    url: str | None
+    @property
+    def url(self) -> str | None:
+        """Where the run can be seen (a page or a directory), if anywhere."""
+        ...
 
-    def make_sink(self, stats: Stats) -> Sink | None:
-        """A sink for this process's records (called again in a forked child); None: discard."""
+    def make_sink(self, stats: Stats) -> Sink:
+        """A sink for this process's records (called again in a forked child). A disabled run
+        has no pipeline, so nothing asks it for one."""
         ...
 
     def update(self, summary: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..spec import RunStatus
+from ..upload.pipeline import Sink
 from ..upload.stats import Stats
 
 __all__ = ["DisabledBackend"]
@@ -13,8 +14,8 @@ __all__ = ["DisabledBackend"]
 class DisabledBackend:
     url: str | None = None
 
-    def make_sink(self, stats: Stats) -> None:
-        return None
+    def make_sink(self, stats: Stats) -> Sink:
+        raise RuntimeError("a disabled run has no sink: init() starts no pipeline for it")
 
     def update(self, summary: dict[str, Any]) -> None:
         pass

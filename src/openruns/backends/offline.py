@@ -88,8 +88,9 @@ class OfflineBackend:
 
     def reported_error(self) -> str | None:
         for report in self.reports():
-            if isinstance(report.get("error"), str) and report["error"]:
-                return report["error"]
+            error = report.get("error")
+            if isinstance(error, str) and error:
+                return error
         return None
 
     def make_sink(self, stats: Stats) -> LocalSink:

@@ -38,20 +38,22 @@ class WandbMonitor(Monitor):
         self.run: Any = None
         self._timed: set[str] = set()  # metric globs charted against time (rows without a step)
         try:
-            import wandb
+            import wandb  # noqa: F401  (imported here for its cost; setup() finds it loaded)
         except ImportError:
-            wandb = None  # setup() says how to install it, and the monitor is disabled
-        self._wandb = wandb
+            self._installed = False  # setup() says how to install it, and the monitor is disabled
+        else:
+            self._installed = True
 
     def wants_episodes(self, kind: str, subset: str) -> bool:
         return False
 
     def setup(self) -> None:
-        wandb = self._wandb
-        if wandb is None:
+        if not self._installed:
             raise RuntimeError(
                 "the wandb monitor needs the wandb package: pip install 'openruns[wandb]'"
             )
+        import wandb  # already loaded by __init__
+
         mode = self.config.mode or os.environ.get("WANDB_MODE") or "online"
         run_id = os.environ.get("WANDB_RUN_ID") or os.environ.get(RUN_ID_ENV) or None
         settings = None
@@ -73,7 +75,9 @@ class WandbMonitor(Monitor):
             id=run_id,
             resume="allow" if run_id else None,
             dir=str(self.dir),
-            mode=None if settings is not None else mode,
+            # Text from the config or $WANDB_MODE: wandb's Settings validate it and take more
+            # modes (dryrun, run) than init's Literal annotation lists.
+            mode=None if settings is not None else mode,  # type: ignore[arg-type]
             settings=settings,
             reinit="create_new",
         )

@@ -8,6 +8,7 @@ is logged as such in one line, not as an error.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -48,7 +49,7 @@ class JSON(Response):
 
 
 def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
 ) -> JSON:
     return JSON({"error": {"code": code, "message": message}}, status, headers)
 

@@ -179,10 +179,10 @@ def parse_metrics(data: bytes) -> tuple[int, Points]:
                 value = float(value)
             if not name or len(name) > MAX_KEY_CHARS:
                 raise _bad_row(lineno, f"metric names must have 1 to {MAX_KEY_CHARS} characters")
-            if step is None:
-                by_time[(name, ts)] = value
-            else:
+            if step is not None:
                 points[(name, step)] = (value, ts)
+            elif ts is not None:  # always, when step is None (required above)
+                by_time[(name, ts)] = value
         rows += 1
     return rows, points
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import Any, TypeGuard
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -52,7 +52,7 @@ def parse_logs(data: bytes) -> list[dict[str, Any]]:
     rows = []
     for lineno, _, _, item in iter_objects(data):
         ts = item.get("ts")
-        if type(ts) not in (int, float):
+        if not _number(ts):
             raise _bad(lineno, f"ts must be a number (epoch seconds), got {ts!r}")
         stream = item.get("stream")
         if not isinstance(stream, str) or not _STREAM.match(stream):
@@ -73,6 +73,11 @@ def parse_logs(data: bytes) -> list[dict[str, Any]]:
             {"ts": float(ts), "stream": stream, "source": source, "line": line, "size": size}
         )
     return rows
+
+
+def _number(value: object) -> TypeGuard[float]:
+    """An int or a float from JSON (not a bool)."""
+    return type(value) in (int, float)
 
 
 def _bad(lineno: int, message: str) -> Exception:

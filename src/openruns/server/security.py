@@ -90,7 +90,7 @@ def install_security(app: FastAPI, settings: ServerSettings) -> None:
         from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
         app.add_middleware(
-            ProxyHeadersMiddleware,  # type: ignore[arg-type]
+            ProxyHeadersMiddleware,
             trusted_hosts=sorted(settings.trusted_proxies),
         )
 

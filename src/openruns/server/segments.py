@@ -24,7 +24,7 @@ import math
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import zstandard
 
@@ -123,7 +123,7 @@ def _batch_row(
     if reward is False or duration is False:
         raise bad("reward and duration must be finite numbers or null")
     frame, offset, length = row.get("frame"), row.get("offset"), row.get("length")
-    if not all(type(v) is int and v >= 0 for v in (frame, offset, length)):
+    if not (_natural(frame) and _natural(offset) and _natural(length)):
         raise bad("frame, offset and length must be non-negative integers")
     if frame >= len(frames) or offset >= frames[frame][1]:
         raise bad("its line does not start in the frame it names")
@@ -148,6 +148,11 @@ def _batch_row(
         "offset": offset,
         "length": length,
     }
+
+
+def _natural(value: object) -> TypeGuard[int]:
+    """A non-negative int (not a bool, not a float)."""
+    return type(value) is int and value >= 0
 
 
 def _finite(value: Any) -> float | None | bool:

@@ -94,7 +94,8 @@ def open_stores(settings: ServerSettings) -> tuple[Store, BlobStore]:
 
 
 def server_state(request: Request) -> ServerState:
-    return request.app.state.server
+    state: ServerState = request.app.state.server
+    return state
 
 
 def _reason(exc: BaseException) -> str:

@@ -108,7 +108,7 @@ class FrameCutter:
                 out = self._cut_frame(ends_batch=True)
                 out.drop_from = start[0]
                 yield out
-            raise exc.__cause__ from None
+            raise exc.error from None
         if not big:
             if self._batch_size and self._batch_size + held_size > self.batch_bytes:
                 yield self._cut_frame(ends_batch=True)  # the batch ends before this record
@@ -145,14 +145,18 @@ class FrameCutter:
 
 
 class _EncodingFailed(Exception):
-    """The pieces of a record could not be produced (the cause says why)."""
+    """The pieces of a record could not be produced (`error` says why)."""
+
+    def __init__(self, error: Exception):
+        super().__init__(error)
+        self.error = error
 
 
 def _checked(pieces: Iterable[Piece]) -> Iterator[Piece]:
     try:
         yield from pieces
     except Exception as exc:
-        raise _EncodingFailed from exc
+        raise _EncodingFailed(exc) from exc
 
 
 class BatchAssembler:

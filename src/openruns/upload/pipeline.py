@@ -36,7 +36,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from ..batches import Batch
@@ -263,9 +263,13 @@ class Pipeline:
             self._log_room.notify_all()  # a console producer waiting for room gives up
         if not self._started:
             return True
-        deadline = None if timeout is None else time.monotonic() + timeout
-        # The sink must be done (its leftovers spooled) a little before the threads are given up.
-        sink_deadline = None if timeout is None else deadline - min(2.0, 0.2 * timeout)
+        deadline: float | None = None
+        sink_deadline: float | None = None
+        if timeout is not None:
+            deadline = time.monotonic() + timeout
+            # The sink must be done (its leftovers spooled) a little before the threads are
+            # given up.
+            sink_deadline = deadline - min(2.0, 0.2 * timeout)
         if self._sink is not None:
             self._sink.closing(sink_deadline)
         for lane in self._lanes.values():
@@ -444,7 +448,7 @@ class _Lane:
             work.done.set()
 
 
-def _until_oldest_is_due(cutters: Any) -> float | None:
+def _until_oldest_is_due(cutters: Iterable[FrameCutter]) -> float | None:
     """Seconds until the oldest line held by a cutter is MAX_BATCH_AGE old (None: none held)."""
     times = [c.pending_since for c in cutters if c.pending_since is not None]
     if not times:

@@ -37,7 +37,7 @@ class Item(NamedTuple):
 
     kind: str
     payload: Any
-    count: int
+    records: int  # how many records the call logged (`count` would hide tuple.count)
     step: int | None
     ts: float
 

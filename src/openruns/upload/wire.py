@@ -25,7 +25,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import quote
 
 import httpx
@@ -115,27 +115,35 @@ class WireClient:
     # -- runs ---------------------------------------------------------------------------------
 
     def health(self, *, timeout: float | None = None) -> dict[str, Any]:
-        return self._call("GET", "/health", timeout=timeout)
+        return cast(dict[str, Any], self._call("GET", "/health", timeout=timeout))
 
     def create_run(self, body: Mapping[str, Any], *, key: str) -> dict[str, Any]:
         """Create a run, or get the one an earlier call with this key (or body id) made."""
-        return self._call("POST", "/runs", json=body, headers={"Idempotency-Key": key})
+        return cast(
+            dict[str, Any], self._call("POST", "/runs", json=body, headers={"Idempotency-Key": key})
+        )
 
     def get_run(self, run_id: str, *, timeout: float | None = None) -> dict[str, Any]:
-        return self._call("GET", _run(run_id), timeout=timeout)
+        return cast(dict[str, Any], self._call("GET", _run(run_id), timeout=timeout))
 
     def patch_run(
         self, run_id: str, changes: Mapping[str, Any], *, timeout: float | None = None
     ) -> dict[str, Any]:
-        return self._call("PATCH", _run(run_id), json=changes, timeout=timeout)
+        return cast(
+            dict[str, Any], self._call("PATCH", _run(run_id), json=changes, timeout=timeout)
+        )
 
     def finish_run(
         self, run_id: str, body: Mapping[str, Any], *, timeout: float | None = None
     ) -> dict[str, Any]:
-        return self._call("POST", f"{_run(run_id)}/finish", json=body, timeout=timeout)
+        return cast(
+            dict[str, Any], self._call("POST", f"{_run(run_id)}/finish", json=body, timeout=timeout)
+        )
 
     def heartbeat(self, run_id: str, *, timeout: float | None = None) -> dict[str, Any]:
-        return self._call("POST", f"{_run(run_id)}/heartbeat", timeout=timeout)
+        return cast(
+            dict[str, Any], self._call("POST", f"{_run(run_id)}/heartbeat", timeout=timeout)
+        )
 
     # -- bulk uploads -------------------------------------------------------------------------
 
@@ -162,7 +170,10 @@ class WireClient:
                 "Content-Length": str(sum(len(p) for p in parts)),
             }
         )
-        return self._call("POST", path, content=_chunks(parts), headers=headers, timeout=timeout)
+        return cast(
+            dict[str, Any],
+            self._call("POST", path, content=_chunks(parts), headers=headers, timeout=timeout),
+        )
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -275,7 +286,7 @@ def backoff_delay(attempt: int, error: BaseException | None = None) -> float:
     """Seconds before retry `attempt` (0-based): Retry-After, else 0.5·2^n ±20 %, at most 30."""
     if isinstance(error, RetryableAPIError) and error.retry_after is not None:
         return error.retry_after
-    return min(MAX_BACKOFF, 0.5 * 2 ** min(attempt, 16)) * random.uniform(0.8, 1.2)
+    return min(MAX_BACKOFF, 0.5 * 2.0 ** min(attempt, 16)) * random.uniform(0.8, 1.2)
 
 
 def _chunks(parts: Sequence[bytes]) -> Iterator[bytes]:

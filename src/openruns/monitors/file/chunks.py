@@ -197,6 +197,7 @@ class ChunkWriter:
 
     def _roll(self) -> None:
         fd, number = self._fd, self._chunk
+        assert fd is not None  # callers roll only an open chunk
         self._fd = None
         self._seals.append(self._sealer.submit(_seal, self.stream_dir, number, fd))
 

@@ -58,7 +58,8 @@ class FileMonitorReader:
                 continue
         else:
             raise FileNotFoundError(f"chunk {number} of {self.stream_dir} is not on disk")
-        return orjson.loads(decompress_frame(zstandard.ZstdDecompressor(), frame))
+        record: dict[str, Any] = orjson.loads(decompress_frame(zstandard.ZstdDecompressor(), frame))
+        return record
 
     def episodes(self) -> Iterator[dict[str, Any]]:
         """Every episode in arrival order, read from the chunks (the index is not needed)."""

@@ -6,7 +6,7 @@ rows as NDJSON, and its training-samples Parquet objects, listed by step and dow
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 import zstandard
 from fastapi import APIRouter, Query
@@ -40,7 +40,7 @@ async def eval_samples(run_id: str, state: State, caller: Caller) -> StreamingRe
 
 
 async def _rows(
-    state: ServerState, objects: list[dict], report: ExportReport
+    state: ServerState, objects: list[dict[str, Any]], report: ExportReport
 ) -> AsyncIterator[bytes]:
     """The rows of each object; one that cannot be read is skipped and reported (as exports
     do: routes/export.py), never cut mid-row."""

@@ -193,9 +193,13 @@ async def _metrics_ndjson(state: ServerState, seq: int, kind: str | None) -> Asy
 async def _metrics_tables(state: ServerState, seq: int, kind: str | None) -> AsyncIterator[Any]:
     import pyarrow as pa
 
-    schema = pa.schema(
-        [("key", pa.string()), ("step", pa.int64()), ("value", pa.float64()), ("ts", pa.float64())]
-    )
+    fields: list[tuple[str, pa.DataType]] = [
+        ("key", pa.string()),
+        ("step", pa.int64()),
+        ("value", pa.float64()),
+        ("ts", pa.float64()),
+    ]
+    schema = pa.schema(fields)
     yield schema
     async for name, page in _metric_pages(state, seq, kind):
         steps, values, ts = zip(*page, strict=True)
@@ -251,22 +255,21 @@ async def _episode_tables(
 ) -> AsyncIterator[Any]:
     import pyarrow as pa
 
-    schema = pa.schema(
-        [
-            ("id", pa.string()),
-            ("stream", pa.string()),
-            ("step", pa.int64()),
-            ("reward", pa.float64()),
-            ("env", pa.string()),
-            ("ok", pa.bool_()),
-            ("tokens", pa.int64()),
-            ("duration", pa.float64()),
-            ("kind", pa.string()),
-            ("subset", pa.string()),
-            ("trained_step", pa.int64()),
-            ("record", pa.string()),
-        ]
-    )
+    fields: list[tuple[str, pa.DataType]] = [
+        ("id", pa.string()),
+        ("stream", pa.string()),
+        ("step", pa.int64()),
+        ("reward", pa.float64()),
+        ("env", pa.string()),
+        ("ok", pa.bool_()),
+        ("tokens", pa.int64()),
+        ("duration", pa.float64()),
+        ("kind", pa.string()),
+        ("subset", pa.string()),
+        ("trained_step", pa.int64()),
+        ("record", pa.string()),
+    ]
+    schema = pa.schema(fields)
     yield schema
     after = 0
     while rows := await state.store.episode_page(seq, stream, after, EPISODES_PAGE, **filters):
@@ -332,7 +335,8 @@ async def _parquet(tables: AsyncIterator[Any], report: ExportReport) -> AsyncIte
 
     sink = _Sink()
     schema = await anext(tables)
-    writer = pq.ParquetWriter(sink, schema)
+    # pyarrow takes any object with write(); its stubs list only IO, paths and NativeFile.
+    writer = pq.ParquetWriter(sink, schema)  # type: ignore[arg-type]
     started = False
     try:
         async for table in tables:

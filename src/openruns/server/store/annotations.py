@@ -14,12 +14,12 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select
 
-from .schema import annotations
+from .schema import annotations_table
 
 __all__ = ["COLUMNS", "add", "of_episode", "page", "trained_steps"]
 
 COLUMNS = ("episode_id", "trace_id", "producer", "step", "ts", "body")
-_a = annotations
+_a = annotations_table
 
 
 def add(conn: Connection, run_seq: int, rows: list[dict[str, Any]]) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, and_, bindparam, case, func, insert, or_, select, update
 
-from .schema import annotations, episodes, segments
+from .schema import annotations_table, episodes, segments
 
 __all__ = [
     "INDEX_COLUMNS",
@@ -51,7 +51,7 @@ SORTS = {"step": ("step", False), "reward": ("reward", False), "-reward": ("rewa
 StepMeaning = Literal["dispatched", "trained"]
 
 _e = episodes
-_a = annotations
+_a = annotations_table
 
 
 _PUBLIC = (
@@ -89,7 +89,7 @@ def add_segment(
     rows: list[dict[str, Any]],
     now: float,
 ) -> None:
-    segment_id = conn.execute(
+    inserted = conn.execute(
         insert(segments).values(
             run_seq=run_seq,
             stream=stream,
@@ -98,7 +98,9 @@ def add_segment(
             bytes=nbytes,
             created_at=now,
         )
-    ).inserted_primary_key[0]
+    ).inserted_primary_key
+    assert inserted is not None  # a single-row INSERT always has one
+    segment_id = inserted[0]
     if rows:
         conn.execute(
             insert(episodes),

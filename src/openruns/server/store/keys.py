@@ -41,11 +41,13 @@ def create_key(conn: Connection, team_id: str) -> tuple[int, str]:
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     now = time.time()
     conn.execute(insert_ignore(conn, teams).values(id=team_id, created_at=now))
-    key_id = conn.execute(
+    inserted = conn.execute(
         insert(api_keys).values(
             team_id=team_id, key_hash=hash_key(key), prefix=key[:12], created_at=now
         )
-    ).inserted_primary_key[0]
+    ).inserted_primary_key
+    assert inserted is not None  # a single-row INSERT always has one
+    key_id: int = inserted[0]
     return key_id, key
 
 

@@ -8,6 +8,7 @@ points per key, so no block summaries are kept for them).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, and_, exists, func, select
@@ -87,7 +88,9 @@ def time_series(
     return out, downsampled
 
 
-def _time_buckets(rows: list[Any], max_points: int) -> list[tuple[float, float, float, float]]:
+def _time_buckets(
+    rows: Sequence[Sequence[float]], max_points: int
+) -> list[tuple[float, float, float, float]]:
     """(last ts, last value, min, max) per equal span of time, for rows in time order."""
     lo, hi = rows[0][0], rows[-1][0]
     width = (hi - lo) / max_points or 1.0

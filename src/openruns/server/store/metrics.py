@@ -122,7 +122,7 @@ def _rebuild_blocks(conn: Connection, touched: dict[int, set[int]]) -> None:
         for key_id, blocks in touched.items():
             for span in _spans(sorted(blocks)):
                 groups.setdefault(span, []).append(key_id)
-        rows: list[tuple] = []
+        rows: list[tuple[Any, ...]] = []
         for (first, last), ids in groups.items():
             rows.extend(_summarize(conn, level, ids, first, last))
         executemany(conn, stmt, _BLOCK_COLUMNS, rows)
@@ -131,7 +131,9 @@ def _rebuild_blocks(conn: Connection, touched: dict[int, set[int]]) -> None:
             touched = {k: {b // ratio for b in blocks} for k, blocks in touched.items()}
 
 
-def _summarize(conn: Connection, level: int, ids: list[int], first: int, last: int) -> list[tuple]:
+def _summarize(
+    conn: Connection, level: int, ids: list[int], first: int, last: int
+) -> list[tuple[Any, ...]]:
     """Level-`level` summaries of blocks first..last of keys `ids`, from the level below, as
     rows of _BLOCK_COLUMNS."""
     if level == 1:
@@ -166,7 +168,7 @@ def _summarize(conn: Connection, level: int, ids: list[int], first: int, last: i
             b.c.block <= last * ratio + (ratio - 1),
         )
         key_col = b.c.key_id
-    rows: list[tuple] = []
+    rows: list[tuple[Any, ...]] = []
     for i in range(0, len(ids), _IN_CHUNK):
         sub = agg.where(key_col.in_(ids[i : i + _IN_CHUNK])).group_by(key_col, block).subquery()
         p = metric_points
@@ -314,14 +316,14 @@ def _cover(conn: Connection, key_id: int, lo: int, hi: int, level: int) -> list[
     if first >= end:
         return _cover(conn, key_id, lo, hi, level - 1)
     b = metric_blocks
-    query = (
+    blocks = (
         select(b.c.count, b.c.min, b.c.max, b.c.last_step, b.c.last_value)
         .where(b.c.key_id == key_id, b.c.level == level, b.c.block >= first, b.c.block < end)
         .order_by(b.c.block)
     )
     head = _cover(conn, key_id, lo, first * size - 1, level - 1) if lo < first * size else []
     tail = _cover(conn, key_id, end * size, hi, level - 1) if end * size <= hi else []
-    return head + [tuple(r) for r in conn.execute(query)] + tail  # type: ignore[misc]
+    return head + [(n, mn, mx, s, v) for n, mn, mx, s, v in conn.execute(blocks)] + tail
 
 
 def run_keys(conn: Connection, run_seq: int) -> list[tuple[str, int]]:

@@ -332,7 +332,8 @@ def heartbeat(conn: Connection, seq: int, now: float) -> str:
         .where(runs.c.seq == seq, runs.c.status == RUNNING)
         .values(last_heartbeat_at=now)
     )
-    return conn.execute(select(runs.c.status).where(runs.c.seq == seq)).scalar_one()
+    status: str = conn.execute(select(runs.c.status).where(runs.c.seq == seq)).scalar_one()
+    return status
 
 
 def stale_error(

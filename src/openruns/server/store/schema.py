@@ -238,7 +238,9 @@ episodes = Table(
     Index("ix_episodes_run_trained", "run_seq", "stream", "trained_step", "reward", "step"),
 )
 
-annotations = Table(
+# Not `annotations`: that name is the `from __future__ import annotations` feature here and in
+# every importer.
+annotations_table = Table(
     "annotations",
     metadata,
     Column("seq", Integer, primary_key=True, autoincrement=True),

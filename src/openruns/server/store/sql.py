@@ -33,10 +33,12 @@ _MIGRATION_LOCK = 0x6F70656E72756E73  # "openruns"
 
 def _insert(conn: Connection, table: Table) -> Any:
     if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert(table)
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(table)
 
 
 def upsert(conn: Connection, table: Table, keys: tuple[str, ...], updates: tuple[str, ...]) -> Any:
@@ -65,7 +67,9 @@ def lock_migrations(conn: Connection) -> None:
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
 
 
-def executemany(conn: Connection, stmt: Any, columns: tuple[str, ...], rows: list[tuple]) -> None:
+def executemany(
+    conn: Connection, stmt: Any, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
+) -> None:
     """
     Run an INSERT for every row of `rows` (tuples in `columns` order), handing the rows to the
     driver directly: SQLAlchemy's per-row parameter processing costs several times SQLite's own
@@ -92,7 +96,7 @@ def executemany(conn: Connection, stmt: Any, columns: tuple[str, ...], rows: lis
 
 
 def _pg_insert_many(
-    conn: Connection, stmt: Any, columns: tuple[str, ...], rows: list[tuple]
+    conn: Connection, stmt: Any, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
 ) -> None:
     """Small batches: one INSERT ... SELECT FROM unnest(arrays). Large ones: COPY into a
     temporary staging table, then one INSERT ... SELECT from it (COPY parses rows ~5x faster

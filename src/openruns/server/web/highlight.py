@@ -35,14 +35,16 @@ _LEXERS: dict[str, type[Lexer]] = {
 _CSS_CLASS = "hl"
 
 
-def _formatter() -> HtmlFormatter:
+def _formatter() -> HtmlFormatter[str]:
     return HtmlFormatter(cssclass=_CSS_CLASS, style="vs", wrapcode=True)
 
 
 def stylesheet() -> str:
     """The token colours, scoped to the config view (Pygments also emits rules for every
     `pre` and for line numbers; those are left out)."""
-    rules = _formatter().get_style_defs(f".{_CSS_CLASS}").splitlines()
+    # types-pygments leaves get_style_defs unannotated (it returns str).
+    css: str = _formatter().get_style_defs(f".{_CSS_CLASS}")  # type: ignore[no-untyped-call]
+    rules = css.splitlines()
     return "\n".join(r for r in rules if r.startswith(f".{_CSS_CLASS} ")) + "\n"
 
 

@@ -37,7 +37,9 @@ def upgrade() -> None:
     else:
         for constraint in sa.inspect(bind).get_unique_constraints("runs"):
             if constraint["column_names"] == ["id"]:
-                op.drop_constraint(constraint["name"], "runs", type_="unique")
+                name = constraint["name"]
+                assert name is not None  # PostgreSQL names every constraint
+                op.drop_constraint(name, "runs", type_="unique")
         op.create_unique_constraint("uq_runs_team_id", "runs", ["team_id", "id"])
     op.create_index("ix_runs_id", "runs", ["id"])
     op.create_table(
