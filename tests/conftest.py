@@ -18,6 +18,12 @@ _RUN_ENV = (
 )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked slow (tens of seconds, mostly waiting) run first: xdist's work stealing then
+    fills the other workers around them instead of leaving one of them to end the run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: order kept
+
+
 # Set by launchers and schedulers; a test sets the ones it needs in its subprocesses.
 _INHERITED = ("RUN_ID", "RANK", "LOCAL_RANK", "DP_RANK", "SLURM_JOB_ID")
 

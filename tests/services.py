@@ -338,13 +338,16 @@ class S3Endpoint:
             return False
 
     def _kill_child(self) -> None:
+        if not self.pid:
+            return
+        pid, self.pid = self.pid, 0
         with contextlib.suppress(ChildProcessError, ProcessLookupError):
-            os.kill(self.pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + 10
-            while not os.waitpid(self.pid, os.WNOHANG)[0]:
+            while not os.waitpid(pid, os.WNOHANG)[0]:
                 if time.monotonic() > deadline:
-                    os.kill(self.pid, signal.SIGKILL)
-                    os.waitpid(self.pid, 0)
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
                     break
                 time.sleep(0.05)
 

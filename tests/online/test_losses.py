@@ -8,6 +8,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 import openruns
 from openruns.rundir import read_json, segment_paths, write_json_atomic
@@ -117,6 +118,7 @@ def test_records_the_server_could_not_take_are_shown_until_sync(server, tmp_path
     assert segment_paths(run.dir / "episodes") == []  # delivered: the spool is empty
 
 
+@pytest.mark.slow
 def test_finish_is_retried_within_its_budget_and_else_left_to_sync(server, tmp_path):
     refused = {"finish": 0}
 
@@ -162,6 +164,7 @@ def test_acknowledged_batches_leave_the_spool(server_process, tmp_path):
         assert not (run.dir / stream / "acked.ndjson").exists()
 
 
+@pytest.mark.slow
 def test_a_server_restart_does_not_crash_runs_for_its_own_downtime(server_process):
     proc = server_process("--heartbeat-timeout", "3").start()
     api = httpx.Client(base_url=proc.url + "/api/v1", timeout=30)

@@ -60,6 +60,7 @@ def test_an_online_run_arrives_whole(server, tmp_path):
     assert [t["id"] for t in all_episodes(server.url, run.id, stream="traces")] == ["bare-trace"]
 
 
+@pytest.mark.slow
 def test_ten_percent_faults_every_record_exactly_once(server, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENRUNS_REQUEST_TIMEOUT", "1")  # the proxy's hangs time out quickly
     # A flaky server is still a server: on a loaded machine, 1 s requests can all time out for
@@ -84,6 +85,7 @@ def test_ten_percent_faults_every_record_exactly_once(server, tmp_path, monkeypa
     assert get(server.url, f"/runs/{run.id}")["status"] == "completed"
 
 
+@pytest.mark.slow
 def test_server_killed_and_back_30s_later_loses_nothing(server_process, tmp_path):
     proc = server_process().start()
     run = openruns.init(kind="train", base_url=proc.url, dir=tmp_path / "local")
@@ -140,6 +142,7 @@ def test_forked_child_logs_into_the_online_run(server, tmp_path):
     assert len(ids) == len(set(ids)) == 80
 
 
+@pytest.mark.slow
 def test_a_sigkilled_producer_is_marked_crashed(server_process, tmp_path):
     proc = server_process("--heartbeat-timeout", "2").start()
     code = f"""

@@ -113,7 +113,7 @@ class ServerProcess:
         with self.log.open("ab") as log:
             offset = log.tell()
             self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # its imports take seconds of CPU on a loaded machine
         while time.monotonic() < deadline:
             output = self.log.read_bytes()[offset:].decode(errors="replace")
             match = re.search(r"openruns server listening on (http://\S+)", output)

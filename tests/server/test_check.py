@@ -21,7 +21,7 @@ def _check(stores, capsys, *flags: str) -> tuple[int, list[list[str]], str]:
 def _segment_keys(store, run_id: str) -> list[str]:
     def read(conn):
         run = runs_sql.get_run(conn, run_id)
-        return [key for key, _ in episodes_sql.segments_of(conn, run["seq"], "episodes")]
+        return [key for key, *_ in episodes_sql.segments_of(conn, run["seq"], "episodes")]
 
     return store.db.read_sync(read)
 

@@ -12,6 +12,7 @@ import time
 
 import httpx
 import orjson
+import pytest
 import zstandard
 from sqlalchemy import select
 
@@ -38,6 +39,7 @@ def make_batches() -> list[tuple[str, bytes]]:
     return batches
 
 
+@pytest.mark.slow
 def test_sigkill_mid_stream_keeps_every_acknowledged_record_once(new_stores, tmp_path):
     stores = new_stores()
     server = ServerProcess(stores.cli_args(), log=tmp_path / "server.log").start()

@@ -185,13 +185,14 @@ def test_a_full_disk_is_507_reads_go_on_and_writes_resume(
 
 
 def _segments(handle, run_id: str) -> list[tuple[str, int]]:
+    """(blob key, records) of the run's episode segments."""
     state = state_of(handle)
 
     def read(conn):
         from openruns.server.store import runs
 
         run = runs.get_run(conn, run_id)
-        return episodes_sql.segments_of(conn, run["seq"], "episodes")
+        return [(key, n) for key, n, *_ in episodes_sql.segments_of(conn, run["seq"], "episodes")]
 
     return state.store.db.read_sync(read)
 

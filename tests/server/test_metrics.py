@@ -35,9 +35,14 @@ def test_merge_is_last_write_wins_and_a_replay_writes_nothing(client):
     assert upload(client, rid, "metrics", first).status_code == 200
     second = metric_rows(range(5, 15), loss=2.0)
     upload(client, rid, "metrics", second)
-    # The same key with another body: the first receipt, and nothing is written.
-    replay = upload(client, rid, "metrics", metric_rows(range(20), loss=9.0), key=batch_key(first))
+    # The same key and body: the first receipt, and nothing is written.
+    replay = upload(client, rid, "metrics", first, key=batch_key(first))
     assert replay.json() == {"status": "committed", "rows": 10, "receipt": batch_key(first)}
+    # The same key with another body: refused (422 naming the key), nothing written.
+    reused = upload(client, rid, "metrics", metric_rows(range(20), loss=9.0), key=batch_key(first))
+    assert reused.status_code == 422, reused.text
+    assert reused.json()["error"]["code"] == "idempotency_key_reused"
+    assert batch_key(first) in reused.json()["error"]["message"]
     # Without a key, the body's hash is the key: an identical body is a replay too.
     assert upload(client, rid, "metrics", second, key=None).json()["receipt"] == batch_key(second)
     values = client.get(f"/runs/{rid}/metrics", params={"max_points": 0}).json()["series"]["loss"]

@@ -57,6 +57,7 @@ def race(clients: list[httpx.Client], send) -> list[httpx.Response]:
         return list(pool.map(one, clients))
 
 
+@pytest.mark.slow
 def test_alternating_replicas_with_replays_store_everything_once(replicas, shared_stores):
     a, b = replicas
     batches = make_batches()

@@ -52,6 +52,7 @@ def series_case(draw):
     return writes, lo, hi, draw(st.integers(1, 400))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=series_case())
 def test_downsampled_series_matches_brute_force(store, case):

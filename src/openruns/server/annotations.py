@@ -31,7 +31,9 @@ from starlette.requests import Request
 
 from .body import iter_objects
 from .errors import bad_request
-from .ingest import _receive  # the shared receive step: body, receipt, decompression
+from .ingest import receive  # the shared receive step: body, receipt, decompression
+from .limits import ingest_caller
+from .segments import is_step
 from .state import ServerState
 from .store.metrics import MAX_STEP
 from .store.runs import require_running_or_grace
@@ -41,19 +43,18 @@ __all__ = ["fold", "parse_annotations", "public", "upload_annotations"]
 MAX_ID_CHARS = 256
 MAX_PRODUCER_CHARS = 128
 MAX_BRANCH_INDEX = 65_535  # folding makes a list this long: bound it
-_MIN_INT = -(2**63)
 
 
 async def upload_annotations(
     state: ServerState, request: Request, run: dict[str, Any], key: str | None
 ) -> dict[str, Any]:
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
-    with state.gate.admit() as ticket:
-        data, key, prior = await _receive(state, request, run, "annotations", key, ticket)
-        if prior is not None:
-            return prior
-        rows = await run_in_threadpool(parse_annotations, data, time.time())
-        return await state.store.ingest_annotations(run["seq"], key, rows)
+    with state.gate.admit(ingest_caller(request)) as ticket:
+        upload = await receive(state, request, run, "annotations", key, ticket)
+        if upload.prior is not None:
+            return upload.prior
+        rows = await run_in_threadpool(parse_annotations, upload.data, time.time())
+        return await state.store.ingest_annotations(run["seq"], upload.key, rows, upload.digest)
 
 
 def parse_annotations(data: bytes, now: float) -> list[dict[str, Any]]:
@@ -69,8 +70,11 @@ def parse_annotations(data: bytes, now: float) -> list[dict[str, Any]]:
         ):
             raise _bad(lineno, f"trace_id must be a string of 1 to {MAX_ID_CHARS} characters")
         step = item.get("step")
-        if step is not None and (type(step) is not int or not _MIN_INT <= step <= MAX_STEP):
-            raise _bad(lineno, f"step (the step trained at) must be an integer, got {step!r}")
+        if step is not None and not is_step(step):
+            raise _bad(
+                lineno,
+                f"step (the step trained at) must be an integer from 0 to {MAX_STEP}, got {step!r}",
+            )
         if not isinstance(item.get("info", {}), dict):
             raise _bad(lineno, "info must be an object")
         branches = item.get("branches", [])

@@ -77,7 +77,12 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
     install_handlers(app)
     app.add_middleware(RejectNonFinite)  # inside BodyLimit: it reads capped bodies
     app.add_middleware(
-        BodyLimit, json_limit=settings.max_json_bytes, ingest_limit=settings.max_body_bytes
+        BodyLimit,
+        json_limit=settings.max_json_bytes,
+        ingest_limit=settings.max_body_bytes,
+        min_rate=settings.body_min_rate,
+        grace=settings.body_grace,
+        idle=settings.body_idle_timeout,
     )
     install_security(app, settings)  # outermost: every answer gets the headers
     for router in ROUTERS:

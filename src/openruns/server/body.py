@@ -1,15 +1,22 @@
 """
-Bulk request bodies: read with a size cap, decompress with a cap, split into NDJSON objects.
+Bulk request bodies: read with a size cap, decode with bounds, split into NDJSON objects.
 
-Decompression is streamed in bounded pieces and stops as soon as the output passes the cap, so a
-zip bomb costs at most `cap` bytes of memory, never its full expansion.
+Decoding is bounded in memory and work, not only in output size. `survey` decodes a body as a
+stream, through a window of at most PIECE bytes, keeping nothing: it counts the output's
+bytes, its lines (blank ones included) and the longest line, hashes it, and refuses (413) as
+soon as one passes its limit. Only a body that passed is decoded into memory (`decompress`),
+so a bomb costs a window of memory and a bounded amount of decoding, never its expansion: a
+few hundred bytes that expand to a billion blank lines stop after `max_lines` newlines,
+counted in C.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -17,40 +24,125 @@ import zstandard
 from starlette.requests import Request
 
 from .errors import ApiError, bad_request, too_large
+from .limits import Ticket
 
-__all__ = ["ENCODINGS", "decompress", "iter_objects", "read_body"]
+__all__ = [
+    "ENCODINGS",
+    "DecodeLimits",
+    "Survey",
+    "decode",
+    "decompress",
+    "iter_objects",
+    "read_body",
+    "survey",
+]
 
 ENCODINGS = ("zstd", "gzip", "identity")
-_PIECE = 1 << 20
+PIECE = 1 << 20
+# The most memory a zstd frame may ask for its window (zstd -19 uses 8 MiB, --ultra -22 up
+# to 128 MiB): a bomb cannot make the server allocate more for it.
+MAX_ZSTD_WINDOW = 1 << 25
 
 
-async def read_body(request: Request, limit: int, on_chunk: Callable[[int], None]) -> bytes:
-    """The raw body; 413 past `limit` bytes. `on_chunk(n)` is told of every piece received."""
+@dataclass(frozen=True)
+class DecodeLimits:
+    """What one upload may decode to: bytes, lines (blank ones count), bytes of one line."""
+
+    max_bytes: int
+    max_lines: int = 1_000_000
+    max_line_bytes: int = 64 << 20
+
+
+@dataclass(frozen=True)
+class Survey:
+    """A decoded body, measured: its bytes, its lines and the SHA-256 (hex) of its bytes."""
+
+    size: int
+    lines: int
+    digest: str
+
+
+async def read_body(request: Request, limit: int, ticket: Ticket) -> bytes:
+    """The raw body; 413 past `limit` bytes. The ticket counts every piece as it arrives and
+    learns when the body is in hand."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _body_too_large(limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
-        on_chunk(len(chunk))
+        ticket.add(len(chunk))
         chunks.append(chunk)
         size += len(chunk)
         if size > limit:
             raise _body_too_large(limit)
+    ticket.body_read()
     return b"".join(chunks)  # one copy of the body, however many chunks it came in
 
 
-def decompress(body: bytes, encoding: str | None, cap: int) -> bytes:
-    """Decode a body sent with `Content-Encoding: encoding`; 415 unknown, 413 past `cap`."""
+def survey(body: bytes, encoding: str | None, limits: DecodeLimits) -> Survey:
+    """Measure the decoded body without keeping it (see the module); 413 past a limit, 415 an
+    unknown encoding, 400 a corrupt one."""
+    hasher = hashlib.sha256()
+    size = lines = 0
+    line = 0  # bytes of the line under way
+    # Pieces no longer than a line may be: only a line spanning pieces can be too long.
+    for piece in _pieces(body, encoding, min(PIECE, max(1, limits.max_line_bytes))):
+        hasher.update(piece)
+        size += len(piece)
+        if size > limits.max_bytes:
+            raise _inflated_too_large(limits.max_bytes)
+        newlines = piece.count(b"\n")
+        if newlines:
+            lines += newlines
+            if lines > limits.max_lines:
+                raise _too_many_lines(limits.max_lines)
+            line += piece.find(b"\n")
+            if line > limits.max_line_bytes:
+                raise _line_too_long(limits.max_line_bytes)
+            line = len(piece) - piece.rfind(b"\n") - 1
+        else:
+            line += len(piece)
+        if line > limits.max_line_bytes:
+            raise _line_too_long(limits.max_line_bytes)
+    if line:
+        lines += 1
+        if lines > limits.max_lines:
+            raise _too_many_lines(limits.max_lines)
+    return Survey(size, lines, hasher.hexdigest())
+
+
+def decompress(body: bytes, encoding: str | None, limits: DecodeLimits | int) -> bytes:
+    """The body decoded (`Content-Encoding: encoding`), once `survey` has found it within
+    `limits` (a bare int: a byte cap, the other limits their defaults)."""
+    if isinstance(limits, int):
+        limits = DecodeLimits(limits)
+    return decode(body, encoding, survey(body, encoding, limits).size)
+
+
+def decode(body: bytes, encoding: str | None, size: int) -> bytes:
+    """The body decoded into memory, `size` bytes as `survey` measured (no limit checked)."""
+    if (encoding or "identity").strip().lower() == "identity":
+        return body
+    out = bytearray(size)
+    view = memoryview(out)
+    at = 0
+    for piece in _pieces(body, encoding, PIECE):
+        view[at : at + len(piece)] = piece
+        at += len(piece)
+    view.release()
+    return bytes(out)
+
+
+def _pieces(body: bytes, encoding: str | None, piece: int) -> Iterator[bytes]:
     name = (encoding or "identity").strip().lower()
     if name == "identity":
-        if len(body) > cap:
-            raise _inflated_too_large(cap)
-        return body
+        view = memoryview(body)
+        return (bytes(view[i : i + piece]) for i in range(0, len(body), piece))
     if name == "zstd":
-        return _unzstd(body, cap)
+        return _unzstd(body, piece)
     if name in ("gzip", "x-gzip"):
-        return _gunzip(body, cap)
+        return _gunzip(body, piece)
     raise ApiError(
         415,
         "unsupported_encoding",
@@ -58,47 +150,40 @@ def decompress(body: bytes, encoding: str | None, cap: int) -> bytes:
     )
 
 
-def _unzstd(body: bytes, cap: int) -> bytes:
-    out = bytearray()
+def _unzstd(body: bytes, piece: int) -> Iterator[bytes]:
     try:
-        reader = zstandard.ZstdDecompressor().stream_reader(
-            io.BytesIO(body), read_across_frames=True
-        )
-        while piece := reader.read(_PIECE):
-            out += piece
-            if len(out) > cap:
-                raise _inflated_too_large(cap)
+        decompressor = zstandard.ZstdDecompressor(max_window_size=MAX_ZSTD_WINDOW)
+        reader = decompressor.stream_reader(io.BytesIO(body), read_across_frames=True)
+        while out := reader.read(piece):
+            yield out
     except zstandard.ZstdError as exc:
         raise bad_request("invalid_body", f"the body is not valid zstd: {exc}") from exc
-    return bytes(out)
 
 
-def _gunzip(body: bytes, cap: int) -> bytes:
-    out = bytearray()
+def _gunzip(body: bytes, piece: int) -> Iterator[bytes]:
     data = body
     try:
         while data:  # one gzip member per pass (concatenated members are valid gzip)
             inflater = zlib.decompressobj(wbits=31)
             while not inflater.eof:
-                piece = inflater.decompress(data, _PIECE)
-                out += piece
-                if len(out) > cap:
-                    raise _inflated_too_large(cap)
+                out = inflater.decompress(data, piece)
+                if out:
+                    yield out
                 data = inflater.unconsumed_tail
-                if not data and not piece:
+                if not data and not out:
                     break
             if not inflater.eof:
                 raise bad_request("invalid_body", "the gzip body is truncated")
             data = inflater.unused_data
     except zlib.error as exc:
         raise bad_request("invalid_body", f"the body is not valid gzip: {exc}") from exc
-    return bytes(out)
 
 
 def iter_objects(data: bytes) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
     """
-    (line number, offset, length, object) for every non-empty NDJSON line; 400 naming the line
-    when one is not a JSON object. Offsets and lengths exclude the newline.
+    (line number, offset, length, object) for every non-blank NDJSON line; 400 naming the line
+    when one is not a JSON object. Offsets and lengths exclude the newline. A blank line costs
+    a comparison, never a parse.
     """
     view = memoryview(data)  # lines are parsed in place, never copied out of the body
     offset = 0
@@ -108,13 +193,12 @@ def iter_objects(data: bytes) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
         if end < 0:
             end = len(data)
         lineno += 1
-        line = view[offset:end]
         start, offset = offset, end + 1
+        if data[start : start + 1] != b"{" and not data[start:end].strip():
+            continue  # blank lines are allowed
         try:
-            value = orjson.loads(line)
+            value = orjson.loads(view[start:end])
         except orjson.JSONDecodeError as exc:
-            if not bytes(line).strip():
-                continue  # blank lines are allowed
             raise bad_request("invalid_ndjson", f"line {lineno}: invalid JSON: {exc}") from exc
         if not isinstance(value, dict):
             raise bad_request(
@@ -144,4 +228,20 @@ def _inflated_too_large(cap: int) -> ApiError:
     return too_large(
         "decompressed_body_too_large",
         f"the decompressed body is over the limit of {cap} bytes; send smaller batches",
+    )
+
+
+def _too_many_lines(limit: int) -> ApiError:
+    return too_large(
+        "too_many_lines",
+        f"the decompressed body has more than {limit} lines (blank lines count); "
+        "send smaller batches",
+    )
+
+
+def _line_too_long(limit: int) -> ApiError:
+    return too_large(
+        "line_too_large",
+        f"a line of the decompressed body is longer than {limit} bytes; one record per line, "
+        "each at most that long",
     )

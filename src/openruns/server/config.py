@@ -198,6 +198,47 @@ class ServerSettings:
         metavar="MIB",
         help="upload bytes in flight at once; more get 503 + Retry-After",
     )
+    max_ingest_per_caller: int = setting(
+        8,
+        metavar="N",
+        help="uploads of one caller (API key, run token, or client address with auth off) at "
+        "once; more get 429 + Retry-After, so one client cannot take every upload slot",
+    )
+    max_upload_lines: int = setting(
+        1_000_000,
+        metavar="N",
+        help="lines of one upload once decompressed (blank lines count); more get 413",
+    )
+    max_record_bytes: int = setting(
+        64 * MiB,
+        name="max_record_mib",
+        unit=MiB,
+        unit_name="MiB",
+        metavar="MIB",
+        help="longest line (one record) of an upload once decompressed; longer get 413",
+    )
+    body_grace: float = setting(
+        10.0,
+        metavar="S",
+        unit_name="s",
+        help="a request body may take this long before --body-min-rate applies",
+    )
+    body_min_rate: int = setting(
+        8 * 1024,
+        name="body_min_kib_per_s",
+        unit=1024,
+        unit_name="KiB/s",
+        metavar="KIB",
+        help="after --body-grace a request body must have come at this average rate or faster, "
+        "else 408 (the connection closes); 0: no minimum",
+    )
+    body_idle_timeout: float = setting(
+        20.0,
+        metavar="S",
+        unit_name="s",
+        help="a request body that sends nothing this long gets 408; an upload silent a quarter "
+        "of it gives its slot up when the server is full; 0: no limit",
+    )
     max_json_bytes: int = setting(
         8 * MiB,
         name="max_json_mib",

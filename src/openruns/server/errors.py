@@ -66,8 +66,8 @@ def conflict(code: str, message: str) -> ApiError:
     return ApiError(409, code, message)
 
 
-def too_large(code: str, message: str) -> ApiError:
-    return ApiError(413, code, message)
+def too_large(code: str, message: str, headers: dict[str, str] | None = None) -> ApiError:
+    return ApiError(413, code, message, headers)
 
 
 def overloaded(message: str, retry_after: int = 1, code: str = "overloaded") -> ApiError:

@@ -30,6 +30,7 @@ _CODES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     409: "conflict",
     413: "too_large",
     415: "unsupported_media_type",
@@ -130,19 +131,20 @@ _WHY = {
     401: "authentication required or not valid (auth on)",
     403: "not allowed: a run token writing another run, another team, a cross-site request",
     404: "no such run or record (or not visible to this caller)",
+    408: "the request body came too slowly (a minimum rate after a grace, no long pause)",
     409: "a conflict with the run's state (finished, finished otherwise, an id in use)",
     410: "the stored segment holding the record is damaged (named)",
     413: "the body is over its size limit",
     415: "Content-Encoding not supported",
     422: "a field or parameter is not valid (named)",
-    429: "rate limited: retry after Retry-After",
+    429: "rate limited, or this caller has its most uploads in flight: retry after Retry-After",
     503: "overloaded, or the database or blob store is unavailable: retry after Retry-After",
     507: "the database or blob store is out of space: nothing stored; retry after Retry-After",
 }
 # Every call may be refused before its route runs (auth, rate limit, body cap, validation) and
 # reach the database (503, 507: even reads may mark a silent run crashed); calls that send a
 # body may also conflict with the run's state or send an encoding the server does not take.
-_EVERY_CALL = (400, 401, 403, 404, 413, 422, 429, 503, 507)
+_EVERY_CALL = (400, 401, 403, 404, 408, 413, 422, 429, 503, 507)
 _WITH_BODY = (409, 415)
 _UNAUTHENTICATED = ("/api/v1/health",)
 
@@ -151,7 +153,7 @@ def error_statuses(path: str, method: str) -> tuple[int, ...]:
     """The error statuses an operation of the API may answer (besides its own, declared on
     its route)."""
     if path in _UNAUTHENTICATED:
-        return (413,)  # only the body cap applies
+        return (408, 413)  # only the body's limits apply
     if method.upper() in ("GET", "HEAD"):
         return _EVERY_CALL
     return _EVERY_CALL + _WITH_BODY

@@ -1,10 +1,12 @@
 """
 Bulk uploads: metrics rows and episode segments, from request body to committed receipt.
 
-Every upload follows the same steps: admit (503 when the server is full), read the body (413),
-answer a known Idempotency-Key with its first receipt before any other work, check and parse
-(400 naming what is wrong), then store. A request without an Idempotency-Key is keyed by the
-SHA-256 of its decompressed body, so every upload is safe to replay.
+Every upload follows the same steps: admit (503 when the server is full, 429 when its caller
+has its share of the slots), read the body (413, 408), measure what it decodes to (its bounds
+and SHA-256, without holding it: 413 for a bomb), answer a known Idempotency-Key with its first
+receipt (422 when the key came with another body), check and parse (400 naming what is wrong),
+then store. A request without an Idempotency-Key is keyed by the SHA-256 of its decompressed
+body, so every upload is safe to replay.
 
 - Metrics: the body is decompressed (415, 413) and its rows parsed and merged.
 - Episodes from the SDK (`Content-Type: application/vnd.openruns.batch+zstd`): a batch in the
@@ -21,18 +23,20 @@ leaves only an unreferenced blob, never an index row pointing at nothing.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from ..batches import BATCH_CONTENT_TYPE
-from ..rundir import batch_key
-from .body import decompress, iter_objects, read_body
+from .body import DecodeLimits, decode, iter_objects, read_body, survey
+from .config import ServerSettings
 from .errors import bad_request
-from .limits import Ticket
+from .limits import Ticket, ingest_caller
 from .segments import Segment, build_segment, check_batch
 from .state import ServerState
 from .store.metrics import MAX_STEP, MetricPoints
@@ -40,8 +44,11 @@ from .store.runs import require_running_or_grace
 
 __all__ = [
     "MAX_KEY_CHARS",
+    "Upload",
+    "decode_limits",
     "ingest_records",
     "parse_metrics",
+    "receive",
     "upload_episodes",
     "upload_metrics",
 ]
@@ -55,12 +62,12 @@ async def upload_metrics(
     state: ServerState, request: Request, run: dict[str, Any], key: str | None
 ) -> dict[str, Any]:
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
-    with state.gate.admit() as ticket:
-        data, key, prior = await _receive(state, request, run, "metrics", key, ticket)
-        if prior is not None:
-            return prior
-        rows, points = await run_in_threadpool(parse_metrics, data)
-        return await state.store.ingest_metrics(run["seq"], key, points, rows)
+    with state.gate.admit(ingest_caller(request)) as ticket:
+        upload = await receive(state, request, run, "metrics", key, ticket)
+        if upload.prior is not None:
+            return upload.prior
+        rows, points = await run_in_threadpool(parse_metrics, upload.data)
+        return await state.store.ingest_metrics(run["seq"], upload.key, points, rows, upload.digest)
 
 
 async def upload_episodes(
@@ -69,13 +76,15 @@ async def upload_episodes(
     """An episodes or traces upload: the SDK's batch, or NDJSON (see the module docstring)."""
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    with state.gate.admit() as ticket:
+    with state.gate.admit(ingest_caller(request)) as ticket:
         if content_type == BATCH_CONTENT_TYPE:
             return await _upload_batch(state, request, run, key, stream, ticket)
-        data, key, prior = await _receive(state, request, run, stream, key, ticket)
-        if prior is not None:
-            return prior
-        return await ingest_records(state, run, data, key, stream)
+        upload = await receive(state, request, run, stream, key, ticket)
+        if upload.prior is not None:
+            return upload.prior
+        return await ingest_records(
+            state, run, upload.data, upload.key, stream, None, upload.digest
+        )
 
 
 async def _upload_batch(
@@ -87,9 +96,11 @@ async def _upload_batch(
     ticket: Ticket,
 ) -> dict[str, Any]:
     settings = state.settings
-    body = await read_body(request, settings.max_body_bytes, ticket.add)
+    body = await read_body(request, settings.max_body_bytes, ticket)
+    # The SDK sends a batch as the bytes it stored: a replay is the same bytes.
+    digest = await run_in_threadpool(_sha256, body)
     if key is not None:
-        prior = await state.store.receipt(run["seq"], stream, key)
+        prior = await state.store.receipt(run["seq"], stream, key, digest)
         if prior is not None:
             return prior
     header, segment = await run_in_threadpool(
@@ -99,47 +110,75 @@ async def _upload_batch(
         key = str(header.get("key") or "")
         if not key or len(key) > MAX_KEY_CHARS:
             raise bad_request("invalid_batch", "the batch header has no usable key")
-        prior = await state.store.receipt(run["seq"], stream, key)
+        prior = await state.store.receipt(run["seq"], stream, key, digest)
         if prior is not None:
             return prior
-    return await _commit(state, run, key, stream, segment)
+    return await _commit(state, run, key, stream, segment, digest)
 
 
 async def _commit(
-    state: ServerState, run: dict[str, Any], key: str, stream: str, segment: Segment
+    state: ServerState,
+    run: dict[str, Any],
+    key: str,
+    stream: str,
+    segment: Segment,
+    digest: str | None,
 ) -> dict[str, Any]:
     if not segment.rows:
         return {"status": "committed", "records": 0, "receipt": key}
     blob_key = f"runs/{run['seq']}/{stream}/{secrets.token_hex(12)}.ndjson.zst"
     await run_in_threadpool(state.blobs.put_atomic, blob_key, segment.blob)
     return await state.store.commit_segment(
-        run["seq"], key, stream, blob_key, len(segment.blob), segment.rows
+        run["seq"], key, stream, blob_key, len(segment.blob), segment.rows, digest
     )
 
 
-async def _receive(
+@dataclass
+class Upload:
+    """A received NDJSON upload: its decoded body (empty for a replay), its key, the SHA-256
+    of the decoded body, and the earlier receipt of that key, if it is a replay."""
+
+    data: bytes
+    key: str
+    digest: str
+    prior: dict[str, Any] | None
+
+
+def decode_limits(settings: ServerSettings) -> DecodeLimits:
+    return DecodeLimits(
+        settings.max_decompressed_bytes, settings.max_upload_lines, settings.max_record_bytes
+    )
+
+
+async def receive(
     state: ServerState,
     request: Request,
     run: dict[str, Any],
     kind: str,
     key: str | None,
     ticket: Ticket,
-) -> tuple[bytes, str, dict[str, Any] | None]:
-    """(decompressed body, idempotency key, the earlier receipt of that key or None)."""
+) -> Upload:
+    """
+    Read and decode an NDJSON upload. The decoded body is surveyed first (body.survey: its
+    bounds and its digest, with a bounded window of memory), so a bomb or a replay is answered
+    before anything is decoded into memory; a body within bounds counts its decoded bytes
+    against the in-flight budget, then is decoded. A known key with another body is 422.
+    """
     settings = state.settings
-    body = await read_body(request, settings.max_body_bytes, ticket.add)
-    if key is not None:
-        prior = await state.store.receipt(run["seq"], kind, key)
-        if prior is not None:
-            return b"", key, prior
+    body = await read_body(request, settings.max_body_bytes, ticket)
     encoding = request.headers.get("content-encoding")
-    data = await run_in_threadpool(decompress, body, encoding, settings.max_decompressed_bytes)
-    if key is None:
-        key = batch_key(data)
-        prior = await state.store.receipt(run["seq"], kind, key)
-        if prior is not None:
-            return b"", key, prior
-    return data, key, None
+    measured = await run_in_threadpool(survey, body, encoding, decode_limits(settings))
+    key = key if key is not None else f"sha256:{measured.digest}"
+    prior = await state.store.receipt(run["seq"], kind, key, measured.digest)
+    if prior is not None:
+        return Upload(b"", key, measured.digest, prior)
+    ticket.hold(measured.size)
+    data = await run_in_threadpool(decode, body, encoding, measured.size)
+    return Upload(data, key, measured.digest, None)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def parse_metrics(data: bytes) -> tuple[int, Points]:
@@ -198,17 +237,19 @@ async def ingest_records(
     key: str,
     stream: str,
     default_step: int | None = None,
+    digest: str | None = None,
 ) -> dict[str, Any]:
     """
     The NDJSON path: store decompressed NDJSON records of any client (curl; the Prime wire: a
     Prime Traces batch, the episodes inside eval sample rows or training Parquet) as one
     segment of `stream`, parsed, indexed and framed here, with Idempotency-Key `key` (callers
-    without one use `batch_key(data)`): its index rows and the receipt; a repeat of `key`
+    without one use `rundir.batch_key(data)`): its index rows and the receipt; a repeat of `key`
     stores nothing. Records that say no step are indexed at `default_step` (the records
-    themselves are kept as sent). 400 names a bad line. The caller has admitted the request
-    and checked the run.
+    themselves are kept as sent). 400 names a bad line; `digest` (the SHA-256 of `data`, when
+    the key is the client's) refuses the key reused with another body. The caller has admitted
+    the request and checked the run.
     """
-    prior = await state.store.receipt(run["seq"], stream, key)
+    prior = await state.store.receipt(run["seq"], stream, key, digest)
     if prior is not None:
         return prior
     segment = await run_in_threadpool(build_segment, data, run["kind"])
@@ -216,4 +257,4 @@ async def ingest_records(
         for row in segment.rows:
             if row["step"] is None:
                 row["step"] = default_step
-    return await _commit(state, run, key, stream, segment)
+    return await _commit(state, run, key, stream, segment, digest)

@@ -8,17 +8,29 @@ the server free of shared state beyond the database and the blob store.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import ApiError, overloaded, too_large
+from .handlers import error_response
 
-__all__ = ["SIGN_IN_BURST", "SIGN_IN_RATE", "BodyLimit", "IngestGate", "RateLimiter", "Ticket"]
+__all__ = [
+    "SIGN_IN_BURST",
+    "SIGN_IN_RATE",
+    "BodyLimit",
+    "IngestGate",
+    "RateLimiter",
+    "Ticket",
+    "ingest_caller",
+    "note_caller",
+]
 
 # Bulk uploads get the larger body cap: the native ingest routes, and the Prime wire's
 # (server/prime/: eval sample rows, Prime Traces batches, presigned Parquet PUTs).
@@ -75,14 +87,44 @@ class RateLimiter:
             del self._buckets[caller]
 
 
-class Ticket:
-    """One admitted ingest request; `add(n)` counts body bytes as they arrive."""
+def note_caller(request: Request, bucket: str | None) -> None:
+    """Remember who the request's caller is (its rate-limit bucket), for `ingest_caller`."""
+    request.state.caller_bucket = bucket
 
-    def __init__(self, gate: IngestGate):
+
+def ingest_caller(request: Request) -> str:
+    """Whose upload slots a request counts against: its API key or run token, else (auth off)
+    its client address."""
+    bucket = getattr(request.state, "caller_bucket", None)
+    if bucket:
+        return str(bucket)
+    return "address:" + (request.client.host if request.client else "unknown")
+
+
+class Ticket:
+    """
+    One admitted ingest request of `caller`; `add(n)` counts body bytes as they arrive.
+    `reading` until the body is in hand: an upload that sends nothing for the gate's
+    `idle_after` seconds while others wait may lose its slot (`evicted`), then answers 503.
+    """
+
+    def __init__(self, gate: IngestGate, caller: str):
         self.gate = gate
+        self.caller = caller
         self.bytes = 0
+        self.reading = True
+        self.evicted = False
+        self.last_byte_at = time.monotonic()
 
     def add(self, n: int) -> None:
+        if self.evicted:
+            raise _evicted()
+        self.last_byte_at = time.monotonic()
+        self.hold(n)
+
+    def hold(self, n: int) -> None:
+        """Count `n` more bytes this request holds (its body, then its decoded body) in the
+        in-flight budget: 503 when the server holds too much already."""
         self.bytes += n
         self.gate.bytes += n
         # A request alone in the gate is never refused, however big: it would be refused forever.
@@ -91,53 +133,214 @@ class Ticket:
                 "the server has too many upload bytes in flight; retry shortly", retry_after=1
             )
 
+    def body_read(self) -> None:
+        """The body is in hand: from now on the request works, it no longer waits on its
+        client, and keeps its slot."""
+        if self.evicted:
+            raise _evicted()
+        self.reading = False
+
 
 class IngestGate:
-    """Admits at most `max_requests` ingest requests and `max_bytes` of their bodies at once."""
+    """
+    Admits at most `max_requests` ingest requests and `max_bytes` of their bodies at once, and
+    at most `per_caller` requests of one caller (an API key, a run token, or a client address
+    when auth is off): one client trickling many uploads cannot take every slot (429 for the
+    caller over its share, 503 when the server is full). When it is full, an upload still
+    reading a body that has sent nothing for `idle_after` seconds gives its slot to the
+    newcomer.
+    """
 
-    def __init__(self, max_requests: int, max_bytes: int):
+    def __init__(
+        self,
+        max_requests: int,
+        max_bytes: int,
+        per_caller: int | None = None,
+        idle_after: float = 0.0,
+    ):
         self.max_requests = max_requests
         self.max_bytes = max_bytes
-        self.active = 0
+        self.per_caller = per_caller if per_caller else max_requests
+        self.idle_after = idle_after
         self.bytes = 0
+        self._tickets: set[Ticket] = set()
+        self._by_caller: dict[str, int] = {}
+
+    @property
+    def active(self) -> int:
+        return len(self._tickets)
 
     @contextmanager
-    def admit(self) -> Iterator[Ticket]:
-        if self.active >= self.max_requests:
+    def admit(self, caller: str) -> Iterator[Ticket]:
+        if self._by_caller.get(caller, 0) >= self.per_caller:
+            raise ApiError(
+                429,
+                "too_many_uploads",
+                f"this caller already has {self.per_caller} uploads in flight, the most one "
+                "caller may have at once; retry when one has finished",
+                {"Retry-After": "1"},
+            )
+        if len(self._tickets) >= self.max_requests and not self._evict_idle():
             raise overloaded("the server has too many uploads in flight; retry shortly")
-        self.active += 1
-        ticket = Ticket(self)
+        ticket = Ticket(self, caller)
+        self._hold(ticket)
         try:
             yield ticket
         finally:
-            self.active -= 1
-            self.bytes -= ticket.bytes
+            self._release(ticket)
+
+    def _hold(self, ticket: Ticket) -> None:
+        self._tickets.add(ticket)
+        self._by_caller[ticket.caller] = self._by_caller.get(ticket.caller, 0) + 1
+
+    def _release(self, ticket: Ticket) -> None:
+        if ticket not in self._tickets:
+            return  # evicted: its slot and bytes were given back then
+        self._tickets.discard(ticket)
+        self.bytes -= ticket.bytes
+        left = self._by_caller[ticket.caller] - 1
+        if left:
+            self._by_caller[ticket.caller] = left
+        else:
+            del self._by_caller[ticket.caller]
+
+    def _evict_idle(self) -> bool:
+        """Take the slot of the upload idle longest, if one has sent nothing for idle_after."""
+        if self.idle_after <= 0:
+            return False
+        now = time.monotonic()
+        idle = [t for t in self._tickets if t.reading and now - t.last_byte_at >= self.idle_after]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda t: t.last_byte_at)
+        self._release(victim)
+        victim.evicted = True
+        return True
+
+
+def _evicted() -> ApiError:
+    return overloaded(
+        "this upload sent nothing for too long while others waited, and lost its slot; retry",
+        retry_after=1,
+    )
 
 
 class BodyLimit:
-    """ASGI middleware: 413 once a body passes its cap (ingest uploads get the larger one)."""
+    """
+    ASGI middleware, every route: the body-size cap and the body-read deadline.
 
-    def __init__(self, app: ASGIApp, json_limit: int, ingest_limit: int):
+    - 413 at once, before any of the body is read, when `Content-Length` says more than the
+      route's cap (ingest uploads get the larger one); else 413 once the body passes it.
+    - 408 when a body comes too slowly: after `grace` seconds it must have arrived at
+      `min_rate` bytes/s on average, and no `idle` seconds may pass without a byte. A client
+      that declares a big body and then trickles or stalls holds nothing for long.
+
+    Any answer given before the request's body was read whole (these, a 401, a 429, a 404 of
+    an unknown run...) closes the connection (`Connection: close`), so an unread body is never
+    waited for nor read to its end.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        json_limit: int,
+        ingest_limit: int,
+        min_rate: float = 0.0,
+        grace: float = 0.0,
+        idle: float = 0.0,
+    ):
         self.app = app
         self.json_limit = json_limit
         self.ingest_limit = ingest_limit
+        self.min_rate = min_rate
+        self.grace = grace
+        self.idle = idle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         limit = self.ingest_limit if _INGEST_PATH.match(scope["path"]) else self.json_limit
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            await _answer(_body_too_large(limit), scope, receive, send)
+            return
+        started = time.monotonic()
+        last = started
         received = 0
+        complete = not _has_body(scope)
 
         async def limited() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, last, complete
+            if complete:  # the body is in: what follows is waiting for a disconnect
+                return await receive()
+            timeout = self._time_left(started, last, received)
+            try:
+                message = await asyncio.wait_for(receive(), timeout)
+            except TimeoutError:
+                raise self._too_slow(received) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                last = time.monotonic()
                 if received > limit:
-                    raise too_large(
-                        "body_too_large", f"the request body is over the limit of {limit} bytes"
-                    )
+                    raise _body_too_large(limit)
+                complete = not message.get("more_body", False)
             return message
 
-        await self.app(scope, limited, send)
+        async def closing(message: Message) -> None:
+            if message["type"] == "http.response.start" and not complete:
+                headers = list(message.get("headers", []))
+                if not any(name.lower() == b"connection" for name, _ in headers):
+                    message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, limited, closing)
+
+    def _time_left(self, started: float, last: float, received: int) -> float | None:
+        """Seconds the next piece of the body may take (None: no limit)."""
+        deadlines = []
+        if self.idle > 0:
+            deadlines.append(last + self.idle)
+        if self.min_rate > 0:
+            deadlines.append(started + self.grace + received / self.min_rate)
+        if not deadlines:
+            return None
+        return max(0.0, min(deadlines) - time.monotonic())
+
+    def _too_slow(self, received: int) -> ApiError:
+        return ApiError(
+            408,
+            "body_too_slow",
+            f"the request body came too slowly ({received} bytes received): after "
+            f"{self.grace:g} s a body must arrive at {self.min_rate / 1024:g} KiB/s or more, "
+            f"with no pause of {self.idle:g} s; send it again",
+            {"Connection": "close"},
+        )
+
+
+def _has_body(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
+            return True
+    return False
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def _body_too_large(limit: int) -> ApiError:
+    return too_large(
+        "body_too_large",
+        f"the request body is over the limit of {limit} bytes",
+        {"Connection": "close"},
+    )
+
+
+async def _answer(error: ApiError, scope: Scope, receive: Receive, send: Send) -> None:
+    await error_response(error.status_code, error.code, error.message, error.headers)(
+        scope, receive, send
+    )

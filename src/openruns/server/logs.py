@@ -23,7 +23,8 @@ from starlette.requests import Request
 
 from .body import iter_objects
 from .errors import bad_request
-from .ingest import _receive  # the shared receive step: body, receipt, decompression
+from .ingest import receive  # the shared receive step: body, receipt, decompression
+from .limits import ingest_caller
 from .state import ServerState
 from .store.runs import require_running_or_grace
 
@@ -39,12 +40,14 @@ async def upload_logs(
     state: ServerState, request: Request, run: dict[str, Any], key: str | None
 ) -> dict[str, Any]:
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
-    with state.gate.admit() as ticket:
-        data, key, prior = await _receive(state, request, run, "logs", key, ticket)
-        if prior is not None:
-            return prior
-        rows = await run_in_threadpool(parse_logs, data)
-        return await state.store.ingest_logs(run["seq"], key, rows, state.settings.max_log_bytes)
+    with state.gate.admit(ingest_caller(request)) as ticket:
+        upload = await receive(state, request, run, "logs", key, ticket)
+        if upload.prior is not None:
+            return upload.prior
+        rows = await run_in_threadpool(parse_logs, upload.data)
+        return await state.store.ingest_logs(
+            run["seq"], upload.key, rows, state.settings.max_log_bytes, upload.digest
+        )
 
 
 def parse_logs(data: bytes) -> list[dict[str, Any]]:

@@ -39,6 +39,8 @@ __all__ = [
     "Segment",
     "build_segment",
     "check_batch",
+    "check_steps",
+    "is_step",
     "iter_segment",
     "read_record",
 ]
@@ -46,7 +48,8 @@ __all__ = [
 MAX_ID_CHARS = 256
 MAX_ENV_CHARS = 1024
 MAX_KIND_CHARS = 16
-_MIN_INT = -(2**63)
+# Where a record says its step (records.record_step reads them in this order).
+_STEP_FIELDS = (("run", "work", "step"), ("step",))
 
 
 @dataclass
@@ -104,8 +107,8 @@ def _batch_row(
     if not isinstance(episode_id, str) or not 0 < len(episode_id) <= MAX_ID_CHARS:
         raise bad(f"id must be a string of 1 to {MAX_ID_CHARS} characters")
     step = row.get("step")
-    if step is not None and (type(step) is not int or not _MIN_INT <= step <= MAX_STEP):
-        raise bad(f"step must be an integer up to {MAX_STEP} or null")
+    if step is not None and not is_step(step):
+        raise bad(f"step must be an integer from 0 to {MAX_STEP} or null, got {step!r}")
     kind, subset = row.get("kind"), row.get("subset")
     for name, value, limit in (("kind", kind, MAX_KIND_CHARS), ("subset", subset, 32)):
         if value is not None and (not isinstance(value, str) or not 0 < len(value) <= limit):
@@ -203,7 +206,28 @@ def build_segment(data: bytes, run_kind: str | None = None) -> Segment:
     return Segment(b"".join(frames), rows)
 
 
+def is_step(value: Any) -> bool:
+    """Whether `value` is a step as metrics have them: an integer from 0 to MAX_STEP (not a
+    boolean, a float or a string)."""
+    return type(value) is int and 0 <= value <= MAX_STEP
+
+
+def check_steps(lineno: int, record: dict[str, Any]) -> None:
+    """400 naming the field when a record says a step that is not one (null: none said)."""
+    for path in _STEP_FIELDS:
+        value: Any = record
+        for name in path:
+            value = value.get(name) if isinstance(value, dict) else None
+        if value is not None and not is_step(value):
+            raise bad_request(
+                "invalid_record",
+                f"line {lineno}: {'.'.join(path)} must be an integer from 0 to {MAX_STEP} or "
+                f"null, got {value!r}",
+            )
+
+
 def _index_row(lineno: int, record: dict[str, Any], run_kind: str | None) -> dict[str, Any]:
+    check_steps(lineno, record)
     try:
         fields = index_fields(record, None)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -216,8 +240,6 @@ def _index_row(lineno: int, record: dict[str, Any], run_kind: str | None) -> dic
             "invalid_record", f"line {lineno}: id is longer than {MAX_ID_CHARS} characters"
         )
     step = fields["step"]
-    if step is not None and not _MIN_INT <= step <= MAX_STEP:
-        raise bad_request("invalid_record", f"line {lineno}: step {step} is out of range")
     for name, limit in (("kind", MAX_KIND_CHARS), ("subset", 32)):
         if fields[name] is not None and len(fields[name]) > limit:
             raise bad_request(

@@ -46,7 +46,12 @@ class ServerState:
             store=store,
             blobs=blobs,
             limiter=RateLimiter(settings.rate_limit, settings.rate_burst),
-            gate=IngestGate(settings.max_ingest_requests, settings.max_ingest_bytes),
+            gate=IngestGate(
+                settings.max_ingest_requests,
+                settings.max_ingest_bytes,
+                per_caller=settings.max_ingest_per_caller,
+                idle_after=settings.body_idle_timeout / 4,
+            ),
         )
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from ...errors import ConfigurationError
 from ...spec import CONFIG_SOURCE_KEY, ConfigSource
 from ..auth import ANONYMOUS, Principal, check_run, principal_for
 from ..errors import bad_request, forbidden
+from ..limits import note_caller
 from ..state import ServerState, server_state
 
 __all__ = [
@@ -48,6 +49,7 @@ async def _prime_caller(
     token = credentials.credentials if credentials else api_key
     principal = await principal_for(token, state.store.secret, state.store)
     state.limiter.check(principal.bucket)
+    note_caller(request, principal.bucket)
     return principal
 
 

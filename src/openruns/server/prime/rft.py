@@ -28,6 +28,7 @@ from ...records import flatten_metrics
 from ..errors import bad_request, forbidden
 from ..handlers import JSON
 from ..ingest import MAX_KEY_CHARS
+from ..limits import ingest_caller
 from ..routes.deps import State
 from ..state import ServerState
 from ..store.metrics import MAX_STEP
@@ -198,10 +199,10 @@ async def presign(body: Presign, request: Request, state: State, caller: PrimeCa
 
 
 @router.post("/rft/samples/confirm")
-async def confirm(body: Confirm, state: State, caller: PrimeCaller) -> JSON:
+async def confirm(body: Confirm, request: Request, state: State, caller: PrimeCaller) -> JSON:
     """Make an uploaded object part of the run's step; a repeat is a success."""
     run = await prime_run(state, caller, body.run_id)
-    rows = await confirm_train_samples(state, run, body.step, body.s3_key)
+    rows = await confirm_train_samples(state, run, body.step, body.s3_key, ingest_caller(request))
     return JSON({"data": {"status": "confirmed", "rows": rows}})
 
 

@@ -26,9 +26,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from ...records import stamp_run
-from ..body import decompress, read_body
+from ..body import DecodeLimits, decompress, read_body
 from ..errors import bad_request
 from ..ingest import ingest_records
+from ..limits import ingest_caller
 from ..state import ServerState
 from ..store.runs import require_running_or_grace
 from .deps import default_step
@@ -48,13 +49,18 @@ async def store_eval_samples(state: ServerState, request: Request, run: dict[str
     same bytes stores nothing."""
     settings = state.settings
     require_running_or_grace(run, time.time(), settings.finish_grace)
-    with state.gate.admit() as ticket:
-        body = await read_body(request, settings.max_body_bytes, ticket.add)
+    with state.gate.admit(ingest_caller(request)) as ticket:
+        body = await read_body(request, settings.max_body_bytes, ticket)
         data = await run_in_threadpool(
             decompress,
             body,
             request.headers.get("content-encoding"),
-            settings.max_decompressed_bytes,
+            # One JSON document, not NDJSON: its length is bounded by the body's alone.
+            DecodeLimits(
+                settings.max_decompressed_bytes,
+                settings.max_upload_lines,
+                settings.max_decompressed_bytes,
+            ),
         )
         key = f"samples:sha256:{hashlib.sha256(data).hexdigest()}"
         prior = await state.store.prime_upload_receipt(run["seq"], key)
@@ -104,16 +110,18 @@ def is_train_samples_key(
 
 
 async def confirm_train_samples(
-    state: ServerState, run: dict[str, Any], step: int, blob_key: str
+    state: ServerState, run: dict[str, Any], step: int, blob_key: str, caller: str
 ) -> int:
-    """Register a Parquet object PUT to its presigned URL and store its episodes; its rows."""
+    """Register a Parquet object PUT to its presigned URL and store its episodes; its rows.
+    `caller`: whose upload slot it takes (limits.ingest_caller)."""
     if not is_train_samples_key(blob_key, run["seq"], step):
         raise bad_request(
             "invalid_s3_key",
             f"s3_key {blob_key!r} is not a key this server presigned for this run and step",
         )
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
-    with state.gate.admit():
+    with state.gate.admit(caller) as ticket:
+        ticket.body_read()  # no body to wait for: it works from the start
         if not await run_in_threadpool(state.blobs.exists, blob_key):
             raise bad_request(
                 "object_missing",

@@ -31,7 +31,8 @@ from starlette.concurrency import run_in_threadpool
 from ..body import decompress, iter_objects, read_body
 from ..errors import ApiError, bad_request, conflict
 from ..handlers import JSON
-from ..ingest import ingest_records
+from ..ingest import decode_limits, ingest_records
+from ..limits import ingest_caller
 from ..routes.deps import State
 from ..state import ServerState
 from ..store.runs import require_running_or_grace
@@ -79,11 +80,11 @@ async def upload_traces(
             f"X-Prime-Line-Format must be 'episode' (or absent for traces), got {line_format!r}",
         )
     settings = state.settings
-    with state.gate.admit() as ticket:
-        body = await read_body(request, settings.max_body_bytes, ticket.add)
+    with state.gate.admit(ingest_caller(request)) as ticket:
+        body = await read_body(request, settings.max_body_bytes, ticket)
         upload = await run_in_threadpool(parse_upload, body, request.headers.get("content-type"))
         data = await run_in_threadpool(
-            decompress, upload.traces, upload.encoding, settings.max_decompressed_bytes
+            decompress, upload.traces, upload.encoding, decode_limits(settings)
         )
         digest = await run_in_threadpool(_sha256, data)
         if idempotency_key is not None and idempotency_key.strip().lower() != f"sha256:{digest}":

@@ -24,6 +24,7 @@ from ..auth import (
     principal_for_session,
 )
 from ..errors import bad_request
+from ..limits import note_caller
 from ..security import check_same_origin
 from ..state import ServerState, server_state
 
@@ -57,6 +58,7 @@ async def _caller(
         token = credentials.credentials if credentials else None
         principal = await principal_for(token, state.store.secret, state.store)
     state.limiter.check(principal.bucket)
+    note_caller(request, principal.bucket)
     return principal
 
 

@@ -211,7 +211,13 @@ async def _metrics_tables(state: ServerState, seq: int, kind: str | None) -> Asy
 async def _episodes_ndjson(
     state: ServerState, seq: int, stream: str, report: ExportReport
 ) -> AsyncIterator[bytes]:
-    for key, records in await state.store.segments_of(seq, stream):
+    for key, records, ignored, segment_id in await state.store.segments_of(seq, stream):
+        if ignored:  # records repeating an id already kept: only the indexed ones are the run's
+            async for piece in _episodes_ndjson_filtered(
+                state, seq, stream, {"segment_id": segment_id}, report
+            ):
+                yield piece
+            continue
         try:
             blob = await run_in_threadpool(state.blobs.get, key)
         except FileNotFoundError:

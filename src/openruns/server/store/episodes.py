@@ -10,6 +10,11 @@ on the index row (`trained_step`: the latest one its annotations name), set when
 arrives, or when the episode arrives after its annotations, so `by="trained"` reads a step as
 an index range too. A step's `off_policy` counts its episodes whose two steps differ
 (dispatched at N, trained at M).
+
+An id is one record per run and stream: a record whose id the stream already holds (a second
+upload of the same episode, or a repeat inside one upload) is not indexed, so the first one
+stays what every read, search and export sees (docs/decisions.md). Its bytes stay in its
+segment, which counts it as `ignored`; exports read such a segment through its index rows.
 """
 
 from __future__ import annotations
@@ -73,7 +78,7 @@ _IN_CHUNK = 500
 def _filtered(query: Any, filters: dict[str, Any]) -> Any:
     """`query` restricted to the index rows matching `filters` (kind, subset, env, ok; None:
     any)."""
-    for name in ("kind", "subset", "env", "ok"):
+    for name in ("kind", "subset", "env", "ok", "segment_id"):
         value = filters.get(name)
         if value is not None:
             query = query.where(_e.c[name] == value)
@@ -88,25 +93,51 @@ def add_segment(
     nbytes: int,
     rows: list[dict[str, Any]],
     now: float,
-) -> None:
+) -> int:
+    """Index a segment's records, but for the ids the run's stream has already (the caller
+    holds the run's lock); how many were indexed."""
+    fresh = _new_ids(conn, run_seq, stream, rows)
     inserted = conn.execute(
         insert(segments).values(
             run_seq=run_seq,
             stream=stream,
             blob_key=blob_key,
             records=len(rows),
+            ignored=len(rows) - len(fresh),
             bytes=nbytes,
             created_at=now,
         )
     ).inserted_primary_key
     assert inserted is not None  # a single-row INSERT always has one
     segment_id = inserted[0]
-    if rows:
+    if fresh:
         conn.execute(
             insert(episodes),
-            [{**r, "run_seq": run_seq, "stream": stream, "segment_id": segment_id} for r in rows],
+            [{**r, "run_seq": run_seq, "stream": stream, "segment_id": segment_id} for r in fresh],
         )
-        _trained_already(conn, run_seq, [r["episode_id"] for r in rows])
+        _trained_already(conn, run_seq, [r["episode_id"] for r in fresh])
+    return len(fresh)
+
+
+def _new_ids(
+    conn: Connection, run_seq: int, stream: str, rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The rows whose id the stream does not hold yet, the first of each id."""
+    ids = list(dict.fromkeys(r["episode_id"] for r in rows))
+    held: set[str] = set()
+    for i in range(0, len(ids), _IN_CHUNK):
+        query = select(_e.c.episode_id).where(
+            _e.c.run_seq == run_seq,
+            _e.c.stream == stream,
+            _e.c.episode_id.in_(ids[i : i + _IN_CHUNK]),
+        )
+        held.update(conn.execute(query).scalars())
+    fresh = []
+    for row in rows:
+        if row["episode_id"] not in held:
+            held.add(row["episode_id"])
+            fresh.append(row)
+    return fresh
 
 
 def _trained_already(conn: Connection, run_seq: int, ids: list[str]) -> None:
@@ -186,12 +217,14 @@ def list_episodes(
 
 
 def locate(conn: Connection, run_seq: int, episode_id: str) -> dict[str, Any] | None:
-    """Where a record is stored (the latest one, should an id have been logged twice)."""
+    """Where a record is stored. An id is indexed once per stream; should both streams hold
+    it, or an older server have indexed it twice, the first stored answers, so what was
+    acknowledged never changes."""
     query = (
         select(_e.c.frame_offset, _e.c.frame_length, _e.c.offset, _e.c.length, segments.c.blob_key)
         .join(segments, segments.c.id == _e.c.segment_id)
         .where(_e.c.run_seq == run_seq, _e.c.episode_id == episode_id)
-        .order_by(_e.c.seq.desc())
+        .order_by(_e.c.seq)
         .limit(1)
     )
     row = conn.execute(query).mappings().first()
@@ -262,11 +295,12 @@ def page_for_export(
     return [dict(r) for r in conn.execute(_filtered(query, filters)).mappings()]
 
 
-def segments_of(conn: Connection, run_seq: int, stream: str) -> list[tuple[str, int]]:
-    """(blob key, records) of a run's segments of one stream, in upload order."""
+def segments_of(conn: Connection, run_seq: int, stream: str) -> list[tuple[str, int, int, int]]:
+    """(blob key, records, ignored records, segment id) of a run's segments of one stream, in
+    upload order."""
     query = (
-        select(segments.c.blob_key, segments.c.records)
+        select(segments.c.blob_key, segments.c.records, segments.c.ignored, segments.c.id)
         .where(segments.c.run_seq == run_seq, segments.c.stream == stream)
         .order_by(segments.c.id)
     )
-    return [(key, records) for key, records in conn.execute(query)]
+    return [(key, records, ignored or 0, sid) for key, records, ignored, sid in conn.execute(query)]

@@ -15,7 +15,8 @@ create it; a change here needs a new numbered migration.
   pointing into it (the zstd frame holding it, and the record's place inside that frame).
 - annotations: later facts about an episode (the step it was trained at, advantage, ...), from
   any producer, append-only, folded into the episode when it is read.
-- receipts: the answer to every bulk upload, by Idempotency-Key, so a replay stores nothing.
+- receipts: the answer to every bulk upload, by Idempotency-Key, so a replay stores nothing,
+  with the SHA-256 of the body it answered (migration 0009), so a reused key is refused.
 - prime_environments / prime_objects: what the Prime wire (server/prime/) keeps beyond runs,
   metrics and episodes: environment ids handed out by the hub calls, and the eval sample rows
   and training Parquet objects stored in the blob store, one row per object.
@@ -204,6 +205,8 @@ segments = Table(
     Column("stream", String(16), nullable=False),
     Column("blob_key", Text, nullable=False),
     Column("records", Integer, nullable=False),
+    # Records of the blob not indexed: their id was in the stream already (migration 0009).
+    Column("ignored", Integer, nullable=False, server_default="0"),
     Column("bytes", BigInteger, nullable=False),
     Column("created_at", Float, nullable=False),
     Index("ix_segments_run", "run_seq", "id"),
@@ -289,6 +292,7 @@ receipts = Table(
     Column("key", String(256), primary_key=True),
     Column("response", Text, nullable=False),
     Column("created_at", Float, nullable=False),
+    Column("digest", String(64)),  # SHA-256 (hex) of the body it answered (migration 0009)
 )
 
 

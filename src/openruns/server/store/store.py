@@ -176,8 +176,11 @@ class Store:
 
     # -- bulk uploads -----------------------------------------------------------------------
 
-    async def receipt(self, run_seq: int, kind: str, key: str) -> dict[str, Any] | None:
-        return await self.db.read(get_receipt, run_seq, kind, key)
+    async def receipt(
+        self, run_seq: int, kind: str, key: str, digest: str | None = None
+    ) -> dict[str, Any] | None:
+        """The first answer to `key`; 422 when it answered another body than `digest`'s."""
+        return await self.db.read(get_receipt, run_seq, kind, key, digest)
 
     async def ingest_metrics(
         self,
@@ -185,17 +188,18 @@ class Store:
         key: str,
         points: dict[tuple[str, int], tuple[float, float | None]],
         rows: int,
+        digest: str | None = None,
     ) -> dict[str, Any]:
         """Merge the points and store the receipt, unless `key` was stored already."""
 
         def write(conn: Connection) -> dict[str, Any]:
             lock_run(conn, run_seq)
-            prior = get_receipt(conn, run_seq, "metrics", key)
+            prior = get_receipt(conn, run_seq, "metrics", key, digest)
             if prior is not None:
                 return prior
             metrics.write_points(conn, run_seq, points)
             receipt = {"status": "committed", "rows": rows, "receipt": key}
-            put_receipt(conn, run_seq, "metrics", key, receipt, time.time())
+            put_receipt(conn, run_seq, "metrics", key, receipt, time.time(), digest)
             return receipt
 
         return await self.db.write(write)
@@ -208,31 +212,36 @@ class Store:
         blob_key: str,
         nbytes: int,
         index: list[dict[str, Any]],
+        digest: str | None = None,
     ) -> dict[str, Any]:
         """Index a segment already durable in the blob store, with its receipt, unless `key` was
-        stored already (then the blob just written stays unreferenced)."""
+        stored already (then the blob just written stays unreferenced). Records whose id the
+        run's stream has already are not indexed again: the first one stays (episodes.py);
+        the receipt counts them as `duplicates`."""
 
         def write(conn: Connection) -> dict[str, Any]:
             lock_run(conn, run_seq)
-            prior = get_receipt(conn, run_seq, stream, key)
+            prior = get_receipt(conn, run_seq, stream, key, digest)
             if prior is not None:
                 return prior
             now = time.time()
-            episodes.add_segment(conn, run_seq, stream, blob_key, nbytes, index, now)
-            receipt = {"status": "committed", "records": len(index), "receipt": key}
-            put_receipt(conn, run_seq, stream, key, receipt, now)
+            added = episodes.add_segment(conn, run_seq, stream, blob_key, nbytes, index, now)
+            receipt: dict[str, Any] = {"status": "committed", "records": added, "receipt": key}
+            if added < len(index):
+                receipt["duplicates"] = len(index) - added
+            put_receipt(conn, run_seq, stream, key, receipt, now, digest)
             return receipt
 
         return await self.db.write(write)
 
     async def ingest_annotations(
-        self, run_seq: int, key: str, rows: list[dict[str, Any]]
+        self, run_seq: int, key: str, rows: list[dict[str, Any]], digest: str | None = None
     ) -> dict[str, Any]:
         """Append the annotations and store the receipt, unless `key` was stored already."""
 
         def write(conn: Connection) -> dict[str, Any]:
             lock_run(conn, run_seq)
-            prior = get_receipt(conn, run_seq, "annotations", key)
+            prior = get_receipt(conn, run_seq, "annotations", key, digest)
             if prior is not None:
                 return prior
             add_annotations(conn, run_seq, rows)
@@ -244,25 +253,30 @@ class Store:
                     )
             episodes.mark_trained(conn, run_seq, trained)
             receipt = {"status": "committed", "annotations": len(rows), "receipt": key}
-            put_receipt(conn, run_seq, "annotations", key, receipt, time.time())
+            put_receipt(conn, run_seq, "annotations", key, receipt, time.time(), digest)
             return receipt
 
         return await self.db.write(write)
 
     async def ingest_logs(
-        self, run_seq: int, key: str, rows: list[dict[str, Any]], max_bytes: int
+        self,
+        run_seq: int,
+        key: str,
+        rows: list[dict[str, Any]],
+        max_bytes: int,
+        digest: str | None = None,
     ) -> dict[str, Any]:
         """Append console lines (store/logs.py) and store the receipt, unless `key` was stored
         already."""
 
         def write(conn: Connection) -> dict[str, Any]:
             lock_run(conn, run_seq)
-            prior = get_receipt(conn, run_seq, "logs", key)
+            prior = get_receipt(conn, run_seq, "logs", key, digest)
             if prior is not None:
                 return prior
             logs.append(conn, run_seq, rows, max_bytes)
             receipt = {"status": "committed", "lines": len(rows), "receipt": key}
-            put_receipt(conn, run_seq, "logs", key, receipt, time.time())
+            put_receipt(conn, run_seq, "logs", key, receipt, time.time(), digest)
             return receipt
 
         return await self.db.write(write)
@@ -345,7 +359,7 @@ class Store:
             )
         )
 
-    async def segments_of(self, run_seq: int, stream: str) -> list[tuple[str, int]]:
+    async def segments_of(self, run_seq: int, stream: str) -> list[tuple[str, int, int, int]]:
         return await self.db.read(episodes.segments_of, run_seq, stream)
 
     # -- the Prime wire (server/prime/; SQL in prime.py) ------------------------------------
