@@ -10,7 +10,7 @@ from openruns.rundir import iter_stream, read_json
 
 
 def test_the_demo_writes_a_sweep_an_eval_and_a_failed_run(tmp_path):
-    env = {**os.environ, "OPENRUNS_SYSTEM_METRICS_INTERVAL": "1"}
+    env = {**os.environ, "OPENRUNS_SYSTEM_METRICS_INTERVAL": "1", "OPENRUNS_CAPTURE_CONSOLE": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "openruns.cli", "demo", "--offline", "--dir", str(tmp_path)]
         + ["--steps", "12", "--rollouts", "2", "--interval", "0.2"],
@@ -39,6 +39,11 @@ def test_the_demo_writes_a_sweep_an_eval_and_a_failed_run(tmp_path):
     annotations = list(iter_stream(train_dir, "annotations"))
     assert len(annotations) == 12 * 2 and {a["producer"] for a in annotations} == {"trainer"}
     rows = list(iter_stream(train_dir, "metrics"))
+    # What each worker printed is kept with its run, and the failed one's traceback.
+    printed = [r["line"] for r in iter_stream(train_dir, "logs") if r["stream"] == "stdout"]
+    assert "demo-rl-lr1e-06: step 3: loss" in " ".join(printed)
+    tracebacks = [r["line"] for r in iter_stream(failed_dir, "logs") if r["stream"] == "traceback"]
+    assert len(tracebacks) == 1 and "FloatingPointError: loss is NaN" in tracebacks[0]
     timed = [r for r in rows if r["step"] is None]
     assert any("inference/tokens_per_s" in r["values"] for r in timed)
     assert any("system/memory/used_percent" in r["values"] for r in timed)

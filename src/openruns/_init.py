@@ -15,7 +15,15 @@ from .backends.disabled import DisabledBackend
 from .backends.offline import OfflineBackend
 from .backends.server import ServerBackend
 from .errors import ConfigurationError
-from .identity import export_run, inherited_run, new_run_id, nonzero_rank
+from .identity import (
+    COMPAT_RUN_ID_ENV,
+    RUN_ID_ENV,
+    check_run_id,
+    export_run,
+    inherited_run,
+    new_run_id,
+    nonzero_rank,
+)
 from .run import Ownership, Run
 from .settings import Settings
 from .settings import traces_opt_out as resolve_traces_opt_out
@@ -141,8 +149,9 @@ def open_run(
         raise ConfigurationError(f"group must be a string of 1 to 256 characters, got {group!r}")
     envs = _environments(environments)
     config_source = ConfigSource.coerce(config)
-    if id is not None and (not isinstance(id, str) or not id or "/" in id):
-        raise ConfigurationError(f"id must be a non-empty string without '/', got {id!r}")
+    if id is not None:
+        from_env = " (the value of RUN_ID)" if id == os.environ.get(COMPAT_RUN_ID_ENV) else ""
+        check_run_id(id, f"id{from_env}")
     settings = Settings.resolve(settings_arguments)
     if settings.mode != "disabled":  # as prime-runs: checked unless the run is disabled
         resolve_traces_opt_out(traces_opt_out)
@@ -160,6 +169,8 @@ def open_run(
     }
 
     inherited = inherited_run()
+    if inherited is not None and id is None:  # the id this process attaches to
+        check_run_id(inherited.id, RUN_ID_ENV)
     rank = nonzero_rank()
     if id is not None:
         run_id: str | None = id

@@ -16,7 +16,10 @@ How, and why this way (docs/decisions.md, "Console capture"):
   a signal handler that prints in the middle of a print cannot deadlock. A drain thread
   sleeps until the first write after it went idle wakes it (one byte on a pipe), waits
   `flush_interval` for more, then cuts the text into lines and emits them. Bounded: beyond
-  `max_pending_bytes` of text not yet drained, writes are counted as dropped, not kept.
+  `max_pending_bytes` of text not yet drained, writes are counted as dropped
+  (`dropped_chars`), not kept; the run says so in one line at its end (`dropped_note`).
+- After fork the child's writes still reach its own streams through the tees, and are not
+  captured (the drain thread is the parent's); the child is attached to the run, not its owner.
 - Not fd-level (dup2 of fds 1 and 2 onto a pipe read by a thread): in-process, a crash (a
   segfault, an abort in CUDA code, SIGKILL) would take the unread output with it, from the
   terminal too, which is exactly the output a failed run is read for. Output of C code and of
@@ -48,10 +51,15 @@ __all__ = [
     "FileFollower",
     "LineCutter",
     "PipeTee",
+    "dropped_note",
     "traceback_record",
 ]
 
 MAX_LINE_CHARS = 16_384
+# What a launcher's reader holds before it hands lines on: a pipe's batch is handed on early
+# once this much is read; a followed file that grew by more since the last pass is skipped to
+# its last MAX_HELD_BYTES (the skipped bytes are counted and said).
+MAX_HELD_BYTES = 4 * 1024 * 1024
 Emit = Callable[[list[dict[str, Any]]], None]
 
 
@@ -61,6 +69,17 @@ def traceback_record(error: BaseException, source: str = "main") -> dict[str, An
     if len(text) > 4 * MAX_LINE_CHARS:  # keep the end: the frames nearest the error
         text = "... (cut)\n" + text[-4 * MAX_LINE_CHARS :]
     return {"ts": time.time(), "stream": "traceback", "source": source, "line": text}
+
+
+def dropped_note(chars: int, source: str = "main") -> dict[str, Any]:
+    """The line that says how much console output the run did not keep (stream "stderr")."""
+    return {
+        "ts": time.time(),
+        "stream": "stderr",
+        "source": source,
+        "line": f"[openruns: {chars} characters of console output were not kept: more was "
+        "printed than could wait to be sent]",
+    }
 
 
 class LineCutter:
@@ -260,28 +279,19 @@ class ConsoleCapture:
         if final:
             for cutter in self._cutters.values():
                 records.extend(cutter.close())
-            if self.dropped_chars:
-                records.append(self._dropped_record())
         if records:
             try:
                 self._emit(records)
             except Exception:  # the emitter counts its own losses; never the writer's problem
                 pass
 
-    def _dropped_record(self) -> dict[str, Any]:
-        return {
-            "ts": time.time(),
-            "stream": "stderr",
-            "source": self.source,
-            "line": f"[openruns: {self.dropped_chars} characters of output were not kept: "
-            f"more than {self.max_pending_bytes} were waiting to be sent]",
-        }
-
     def _after_fork_in_child(self) -> None:
         # The child writes through the inherited tees to its own streams; nothing is captured
         # there (its parent's drain thread does not exist in it).
         self._active = False
         self._chunks = collections.deque()
+        self._pending = 0
+        self.dropped_chars = 0  # the parent's count: it reports it
         self._thread = None
         self._close_pipe()  # the parent's pipe, not the child's
 
@@ -290,7 +300,8 @@ class PipeTee:
     """
     A child's stdout or stderr pipe, read on a thread: each chunk is written to `copy_fd` (the
     launcher's own terminal or file) as it comes and cut into line records for `emit`, batched
-    every `flush_interval`. Another process than the child, so a crashing child loses nothing.
+    every `flush_interval` (or MAX_HELD_BYTES). Another process than the child, so a crashing
+    child loses nothing; the child never waits for it beyond the copy to the terminal.
     """
 
     def __init__(
@@ -319,6 +330,7 @@ class PipeTee:
     def _loop(self) -> None:
         fd = self._pipe.fileno()
         batch: list[dict[str, Any]] = []
+        held = 0
         due = time.monotonic() + self.flush_interval
         while True:
             data = os.read(fd, 65536)
@@ -326,9 +338,10 @@ class PipeTee:
                 break
             _write_all(self._copy_fd, data)
             batch.extend(self._cutter.feed_bytes(data, time.time()))
-            if batch and time.monotonic() >= due:
+            held += len(data)
+            if batch and (held >= MAX_HELD_BYTES or time.monotonic() >= due):
                 _safe_emit(self._emit, batch)
-                batch = []
+                batch, held = [], 0
                 due = time.monotonic() + self.flush_interval
         self._pipe.close()
         batch.extend(self._cutter.close())
@@ -339,11 +352,21 @@ class FileFollower:
     """
     Follows files others write (`openruns launch`'s component logs) on one thread: every
     `interval` seconds the new bytes of each file become line records of stream "output" with
-    the file's source name; `stop()` reads what is left and emits the partial lines.
+    the file's source name; `stop()` reads what is left and emits the partial lines. A file
+    that grew by more than MAX_HELD_BYTES since the last pass is read from its last
+    MAX_HELD_BYTES; the bytes skipped are counted (`dropped_bytes`, and `on_skip(n)`) and said
+    in a line of that source.
     """
 
-    def __init__(self, emit: Emit, interval: float = 1.0):
+    def __init__(
+        self,
+        emit: Emit,
+        interval: float = 1.0,
+        on_skip: Callable[[int], None] | None = None,
+    ):
         self._emit = emit
+        self._on_skip = on_skip
+        self.dropped_bytes = 0
         self.interval = interval
         self._files: dict[str, tuple[Path, LineCutter]] = {}
         self._offsets: dict[str, int] = {}
@@ -370,12 +393,31 @@ class FileFollower:
     def _read_all(self, final: bool) -> None:
         records: list[dict[str, Any]] = []
         for source, (path, cutter) in list(self._files.items()):
+            skipped = 0
             try:
                 with path.open("rb") as fh:
+                    unread = os.fstat(fh.fileno()).st_size - self._offsets[source]
+                    if unread > MAX_HELD_BYTES:
+                        skipped = unread - MAX_HELD_BYTES
+                        self._offsets[source] += skipped
                     fh.seek(self._offsets[source])
-                    data = fh.read()
+                    data = fh.read(MAX_HELD_BYTES)
             except OSError:
                 data = b""
+            if skipped:
+                self.dropped_bytes += skipped
+                if self._on_skip is not None:
+                    self._on_skip(skipped)
+                records.extend(cutter.close())
+                note = f"[openruns: {skipped} bytes of this output were skipped: it grew faster"
+                records.append(
+                    {
+                        "ts": time.time(),
+                        "stream": "output",
+                        "source": source,
+                        "line": f"{note} than it could be sent]",
+                    }
+                )
             self._offsets[source] += len(data)
             if data:
                 records.extend(cutter.feed_bytes(data, time.time()))

@@ -2,7 +2,8 @@
 Every exception openruns raises, grouped by cause.
 
     OpenrunsError (alias PrimeRunsError)
-    ├── ConfigurationError      bad arguments or settings (init() raises it before any work)
+    ├── ConfigurationError      bad arguments or settings (init() raises it before any work);
+    │                           also a ValueError
     ├── EnvironmentResolutionError  an environment could not be resolved (prime-runs' name)
     ├── RunFinishedError        log_* / update_summary on a run that is finished or finishing
     └── APIError                an error status from the server (message, status_code, code)
@@ -55,8 +56,9 @@ class OpenrunsError(Exception):
     """Base class of every openruns exception."""
 
 
-class ConfigurationError(OpenrunsError):
-    """An argument, environment variable or config-file value is invalid or missing."""
+class ConfigurationError(OpenrunsError, ValueError):
+    """An argument, environment variable or config-file value is invalid or missing (a
+    ValueError too: `except ValueError` around init() catches a bad argument)."""
 
 
 class EnvironmentResolutionError(OpenrunsError):

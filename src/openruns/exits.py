@@ -75,7 +75,13 @@ def _at_exit() -> None:
     else:
         error = "process exited without finishing the run"
     for run in list(_open.values()):
-        run._finish_quietly(RunStatus.CRASHED, error, timeout=None, fatal=fatal)
+        run._finish_quietly(
+            RunStatus.CRASHED,
+            error,
+            timeout=None,
+            fatal=fatal,
+            exception=_uncaught if isinstance(_uncaught, Exception) else None,
+        )
 
 
 def _on_signal(signum: int, frame: Any) -> None:

@@ -10,6 +10,7 @@ owns a run from outside (`openruns run`) exports the id with its own pid, so eve
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 import sys
@@ -18,18 +19,25 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import ConfigurationError
+
 __all__ = [
     "COMPONENT_ENV",
+    "MAX_RUN_ID_CHARS",
     "RUN_DIR_ENV",
     "RUN_HOST_ENV",
     "RUN_ID_ENV",
     "RUN_KIND_ENV",
     "RUN_PID_ENV",
     "RANK_ENVS",
+    "RUN_ID_PATTERN",
+    "RUN_ID_RULE",
     "InheritedRun",
+    "check_run_id",
     "component_name",
     "export_run",
     "inherited_run",
+    "invalid_run_id",
     "new_run_id",
     "nonzero_rank",
     "unexport_run",
@@ -47,6 +55,34 @@ COMPONENT_ENV = "OPENRUNS_COMPONENT"
 COMPAT_RUN_ID_ENV = "RUN_ID"
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
+
+# The one rule for run ids, the SDK's and the server's (server/store/runs.py imports it): an id
+# is a name in URLs, file names (run directories, exports) and command lines, so letters,
+# digits, `.`, `_` and `-`, starting with a letter or a digit (never `.`, `..`, a hidden file or
+# an option), 1 to 64 characters (the server's column). The pattern is also the API document's.
+RUN_ID_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z_.-]{0,63}$"
+MAX_RUN_ID_CHARS = 64
+RUN_ID_RULE = (
+    f"1 to {MAX_RUN_ID_CHARS} letters, digits, '.', '_' or '-', starting with a letter or a digit"
+)
+_RUN_ID = re.compile(RUN_ID_PATTERN)
+
+
+def invalid_run_id(run_id: object) -> str | None:
+    """Why `run_id` is not a valid run id (a message naming the rule), or None when it is."""
+    if isinstance(run_id, str) and _RUN_ID.fullmatch(run_id):
+        return None
+    shown = run_id[:80] if isinstance(run_id, str) else run_id
+    return f"run id {shown!r} is not valid: use {RUN_ID_RULE}"
+
+
+def check_run_id(run_id: object, argument: str) -> str:
+    """`run_id`, or ConfigurationError (a ValueError) naming `argument` and the rule."""
+    problem = invalid_run_id(run_id)
+    if problem is not None:
+        raise ConfigurationError(f"{argument}: {problem}")
+    assert isinstance(run_id, str)
+    return run_id
 
 
 def new_run_id() -> str:

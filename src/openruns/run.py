@@ -10,6 +10,11 @@ from then every log_* raises RunFinishedError. Who sets the final status (Owners
 - ATTACHED: a process that found the run in its environment (a child, a component, a non-zero
   rank): it only flushes its own records. Its fatal error (fail(), an exception through `with`,
   an uncaught exception) is reported to the run for the owner to name the failure with.
+
+Console output (console.py, the `capture_console` setting): the owner tees its sys.stdout and
+sys.stderr into the run's `logs` stream from init() to finish(); launchers send their
+children's output through `_log_console`. The traceback of the exception that fails a run (or
+ends an attached process) is sent whatever the setting: it is the failure's own report.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import exits
 from .backends.base import Backend
@@ -34,9 +39,15 @@ from .spec import ConfigSource, RunStatus
 from .upload import fork
 from .upload.pipeline import Pipeline
 
+if TYPE_CHECKING:
+    from .console import ConsoleCapture
+
 __all__ = ["Ownership", "Run"]
 
 logger = logging.getLogger("openruns")
+# How long the console capture's drain thread waits for room in the upload queue per batch of
+# lines before the rest is dropped (counted).
+_CONSOLE_WAIT = 2.0
 
 
 class Ownership(enum.Enum):
@@ -112,6 +123,17 @@ class Run:
                 owner=ownership is Ownership.OWNER,
                 disk_path=str(run_dir or settings.dir),
             )
+        # Console capture (console.py): what the owning process prints goes with the run.
+        self._console: ConsoleCapture | None = None
+        if self._pipeline is not None and settings.capture_console and ownership is Ownership.OWNER:
+            from .console import ConsoleCapture
+
+            # Its drain thread may wait for room in the upload queue: only it waits, never the
+            # caller's print(), whose text waits in the capture (bounded there).
+            self._console = ConsoleCapture(
+                lambda lines: self._log_console(lines, wait=_CONSOLE_WAIT), source="main"
+            )
+            self._console.start()
         fork.register(self)
         exits.opened(self)
 
@@ -192,6 +214,15 @@ class Run:
     def dropped_records(self) -> int:
         """Records refused because the queue was full, or not written before finish's deadline."""
         return self._pipeline.dropped if self._pipeline else 0
+
+    @property
+    def dropped_console_chars(self) -> int:
+        """Characters of console output not kept: printed faster than they could be sent
+        (console capture's bound, then the upload queue's console budget)."""
+        if self._pipeline is None:
+            return 0
+        captured = self._console.dropped_chars if self._console is not None else 0
+        return captured + self._pipeline.stats.dropped_console_chars
 
     @property
     def failed_records(self) -> dict[str, int]:
@@ -318,6 +349,32 @@ class Run:
             fallback = step if step is not None else (self._step if self._step >= 0 else None)
             self._pipeline.put(stream, batch, len(batch), fallback, 0.0)
 
+    def _log_console(self, lines: list[dict[str, Any]], wait: float = 0.0) -> None:
+        """Console line records (console.py) to the run's `logs` stream; never raises, waits
+        at most `wait` seconds for room (what the console budget refuses is counted in
+        dropped_console_chars)."""
+        if self._pipeline is not None and lines:
+            self._pipeline.put_logs(lines, wait=wait)
+
+    def _count_dropped_console(self, chars: int) -> None:
+        """Console output a launcher could not keep (a followed file that grew too fast)."""
+        if self._pipeline is not None:
+            self._pipeline.stats.count_dropped_console_chars(chars)
+
+    def _log_traceback(self, error: BaseException) -> None:
+        """The formatted traceback of the error that ends this run (or this process's part of
+        it) as one record of stream "traceback", which the Logs tab shows first."""
+        if self._pipeline is None or error.__traceback__ is None:
+            return
+        from .console import traceback_record
+
+        source = "main" if self.ownership is Ownership.OWNER else component_name()
+        try:
+            record = traceback_record(error, source)
+        except Exception:  # formatting a strange exception: the error message still goes
+            return
+        self._pipeline.put_logs([record], budgeted=False)
+
     def update_summary(self, values: Mapping[str, Any]) -> None:
         """Merge `values` (non-finite numbers dropped) into the run's summary."""
         if self._finishing:
@@ -373,7 +430,10 @@ class Run:
         self._raise_deferred()
 
     def fail(self, error: str | BaseException, *, timeout: float | None = None) -> None:
-        """finish() with status failed and `error` ("<Type>: <message>" for an exception)."""
+        """finish() with status failed and `error` ("<Type>: <message>" for an exception; its
+        traceback goes to the run's console output, the Logs tab)."""
+        if isinstance(error, BaseException) and not self._finishing:
+            self._log_traceback(error)
         self.finish(status=RunStatus.FAILED, error=_describe(error), timeout=timeout)
 
     def _reported_error(self) -> str | None:
@@ -396,7 +456,14 @@ class Run:
         drained = True
         if self._system is not None:
             self._system.stop()
+        if self._console is not None:
+            self._console.stop()  # restores the streams; its last lines go in before the close
         if self._pipeline is not None:
+            dropped = self.dropped_console_chars
+            if dropped:
+                from .console import dropped_note
+
+                self._pipeline.put_logs([dropped_note(dropped)], budgeted=False)
             drained = self._pipeline.close(timeout)
             sink = self._pipeline.sink
             self._contain(
@@ -441,9 +508,19 @@ class Run:
                 losses["spooled_records"] = self._pipeline.stats.spooled
             if self._pipeline.stats.converted:
                 losses["converted_values"] = dict(self._pipeline.stats.converted)
+            if self.dropped_console_chars:
+                losses["dropped_console_chars"] = self.dropped_console_chars
         return losses
 
     def _report_losses(self, drained: bool) -> None:
+        if self.dropped_console_chars:
+            logger.warning(
+                "openruns: run %s did not keep %d characters of console output: more was "
+                "printed than could wait to be sent (counted in its losses as "
+                "dropped_console_chars)",
+                self._id,
+                self.dropped_console_chars,
+            )
         if self.dropped_records or self.failed_records:
             logger.warning(
                 "openruns: run %s lost records: %d dropped, failed %s%s",
@@ -454,15 +531,23 @@ class Run:
             )
 
     def _finish_quietly(
-        self, status: RunStatus, error: str, timeout: float | None, fatal: str | None = None
+        self,
+        status: RunStatus,
+        error: str,
+        timeout: float | None,
+        fatal: str | None = None,
+        exception: BaseException | None = None,
     ) -> None:
         """finish() for the exit hooks: never raises; the drain budget is the smaller one.
-        `fatal`: the uncaught exception that ends the process, reported to the run's owner."""
+        `fatal`: the uncaught exception that ends the process, reported to the run's owner;
+        `exception`: that exception, whose traceback goes to the run's console output."""
         budget = self._settings.finish_timeout
         if timeout is not None:
             budget = min(budget, timeout)
         if fatal is not None and self._fatal is None:
             self._fatal = fatal
+        if exception is not None and not self._finishing:
+            self._log_traceback(exception)
         try:
             self.finish(status=status, error=error, timeout=budget)
         except Exception:

@@ -6,7 +6,7 @@ batch on disk is, byte for byte, the body of its upload.
       run.json                               run metadata and status (written by the owner only)
       writers/<writer>.json                  one per writing process: pid, counts, losses
       <stream>/<writer>-<seq>.ndjson.zst     sealed segment (stream: metrics, episodes, traces,
-                                             annotations)
+                                             annotations, logs: console lines)
       <stream>/<writer>-<seq>.ndjson.zst.open  the segment a live writer is appending to
       <stream>/acked.ndjson                  spools: {"key"} of each batch the server acknowledged
       <stream>/rejected.ndjson               {"key"} of each batch the server refused (sync)
@@ -69,9 +69,10 @@ __all__ = [
     "write_json_atomic",
 ]
 
-STREAMS = ("metrics", "episodes", "traces", "annotations")
-# Streams sent on the metrics lane (small rows that must not wait behind episodes).
-ROW_STREAMS = ("metrics", "annotations")
+STREAMS = ("metrics", "episodes", "traces", "annotations", "logs")
+# Streams sent on the metrics lane (small rows that must not wait behind episodes), each to its
+# own route: metric rows, annotations, console lines (console.py).
+ROW_STREAMS = ("metrics", "annotations", "logs")
 SEALED_SUFFIX = ".ndjson.zst"
 OPEN_SUFFIX = SEALED_SUFFIX + ".open"
 # A segment is sealed once it holds this many bytes; big enough that a long run has few files,

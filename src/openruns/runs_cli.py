@@ -127,11 +127,11 @@ def _call(client: Any, call: Any) -> Any:
 
 def _create(args: argparse.Namespace) -> int:
     from .errors import ConfigurationError
-    from .identity import COMPAT_RUN_ID_ENV, RUN_ID_ENV, RUN_KIND_ENV, new_run_id
+    from .identity import COMPAT_RUN_ID_ENV, RUN_ID_ENV, RUN_KIND_ENV, check_run_id, new_run_id
     from .spec import ConfigSource
 
     body: dict[str, Any] = {
-        "id": args.id or new_run_id(),
+        "id": new_run_id() if args.id is None else check_run_id(args.id, "--id"),
         "kind": args.kind,
         "name": args.name,
         "model": args.model,

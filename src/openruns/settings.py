@@ -86,9 +86,10 @@ class Settings:
       are never given up this way: a batch the server cannot take waits in the spool. Default 30.
     - `system_metrics_interval`: seconds between two samples of CPU, memory, disk, network and
       GPUs (system.py), logged as rows without a step under `system/`. 0: off. Default 10.
-    - `capture_console`: keep what the run's owning process prints (stdout, stderr) with the
-      run (console.py), shown on the dashboard's Logs tab. Default true. (Read now; the run
-      starts the capture once its sending through the upload pipeline is wired, issue 13.)
+    - `capture_console`: keep what the run's owning process prints (stdout, stderr), and under
+      `openruns run` / `openruns launch` what their commands print, with the run (console.py):
+      the `logs` stream of the run directory, sent to the server like metrics and shown on the
+      dashboard's Logs tab. Default true. A failed run's traceback is kept either way.
     """
 
     mode: Mode = "offline"

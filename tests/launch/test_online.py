@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import httpx
@@ -10,7 +11,7 @@ import pytest
 
 from openruns.cli import main as openruns_main
 
-from .helpers import openruns_cli, script
+from .helpers import cli_env, openruns_cli, script
 
 pytest.importorskip("fastapi", reason="the server extra is needed to serve the run")
 
@@ -23,6 +24,14 @@ run.log_metrics({"loss": 0.25}, step=4)
 run.log_episodes([{"id": "e1", "traces": [{"reward": 1.0}]}], step=4)
 run.finish()
 sys.exit(3)
+"""
+
+
+OFFLINE_PRINTER = """
+import openruns
+run = openruns.init(mode="offline", dir="off")
+print("offline line")
+run.finish()
 """
 
 
@@ -103,3 +112,36 @@ def test_without_a_key_the_launch_fails_before_anything_starts(tmp_path, auth_se
         assert proc.returncode == 2, proc.stderr
         assert "openruns keys create" in proc.stderr and "OPENRUNS_API_KEY" in proc.stderr
         assert not marker.exists()
+
+
+def test_online_console_lines_reach_the_server_and_sync_sends_offline_ones(tmp_path, auth_server):
+    url, key = auth_server
+    child = script(tmp_path, "child.py", CHILD)
+    env = {"OPENRUNS_BASE_URL": url, "OPENRUNS_API_KEY": key, "OPENRUNS_DIR": str(tmp_path)}
+    proc = openruns_cli(
+        "run", "--mode", "online", "--name", "console-job", "--", sys.executable, child,
+        cwd=tmp_path, env={**env, "OPENRUNS_CAPTURE_CONSOLE": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    run_id = json.loads(proc.stdout.strip().splitlines()[-1])["id"]
+    with httpx.Client(base_url=url + "/api/v1", headers={"Authorization": f"Bearer {key}"}) as api:
+        page = api.get(f"/runs/{run_id}/logs").raise_for_status().json()
+        lines = [(item["source"], item["stream"], item["line"]) for item in page["items"]]
+        assert ("job step", "stdout", proc.stdout.strip().splitlines()[-1]) in lines
+
+        # An offline run's console lines go up with `openruns sync`.
+        offline = script(
+            tmp_path,
+            "offline.py",
+            OFFLINE_PRINTER,
+        )
+        done = subprocess.run(
+            [sys.executable, offline], cwd=tmp_path, capture_output=True, text=True,
+            env=cli_env({"OPENRUNS_CAPTURE_CONSOLE": "1"}), timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        synced = openruns_cli("sync", "off", cwd=tmp_path, env=env)
+        assert synced.returncode == 0, synced.stderr
+        offline_id = next(p.name for p in (tmp_path / "off").iterdir() if p.is_dir())
+        items = api.get(f"/runs/{offline_id}/logs").raise_for_status().json()["items"]
+        assert [(i["source"], i["line"]) for i in items] == [("main", "offline line")]

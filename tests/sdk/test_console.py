@@ -5,21 +5,24 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from openruns import console
 from openruns.console import (
     MAX_LINE_CHARS,
     ConsoleCapture,
     FileFollower,
     LineCutter,
     PipeTee,
+    dropped_note,
     traceback_record,
 )
 
-from .helpers import python
+from .helpers import only_run_dir, python, records
 
 
 def lines_of(records: list[dict]) -> list[str]:
@@ -105,8 +108,10 @@ def test_beyond_the_bound_writes_are_counted_not_kept():
     kept = [r for r in emitted if r["stream"] == "stdout"]
     assert len(kept) == 10  # until more than the bound (100 chars) waits, then dropped
     assert capture.dropped_chars == 40 * 11
-    assert emitted[-1]["stream"] == "stderr"
-    assert f"{40 * 11} characters of output were not kept" in emitted[-1]["line"]
+    # The run says it in one line at its end (Run._teardown), with the pipeline's drops.
+    note = dropped_note(capture.dropped_chars)
+    assert note["stream"] == "stderr" and note["source"] == "main"
+    assert f"{40 * 11} characters of console output were not kept" in note["line"]
 
 
 def test_stop_leaves_a_stream_someone_else_replaced_after_us():
@@ -225,3 +230,80 @@ def test_a_fork_after_stop_closes_none_of_the_childs_descriptors(tmp_path):
             timeout=60,
         )
         assert done.stdout == "ok\n"
+
+
+FORKING_OWNER = """
+import os, sys
+import openruns
+from openruns.rundir import iter_stream
+original = sys.stdout
+run = openruns.init(mode="offline", dir="runs")
+print("before the fork", flush=True)  # still waiting in the capture when the child is made
+pid = os.fork()
+if pid == 0:
+    code = 1
+    try:
+        print("from the child", flush=True)
+        code = 0 if run.attached else 2
+        run.finish()  # attached: flushes its own records only
+    finally:
+        os._exit(code)
+_, status = os.waitpid(pid, 0)
+print("after the fork")
+run.finish()
+assert sys.stdout is original, sys.stdout  # restored at finish
+print("after finish")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_fork_captures_nothing_twice_and_the_owner_restores_its_streams(tmp_path):
+    done = python(FORKING_OWNER, tmp_path, env={"OPENRUNS_CAPTURE_CONSOLE": "1"})
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert sorted(printed) == sorted(
+        ["before the fork", "from the child", "after the fork", "after finish"]
+    )
+    run_dir = only_run_dir(tmp_path / "runs")
+    kept = [(r["stream"], r["source"], r["line"]) for r in records(run_dir, "logs")]
+    # The parent's pending line went once (the child dropped its copy); the child, attached to
+    # the run, is not captured; nothing after finish is.
+    assert kept == [("stdout", "main", "before the fork"), ("stdout", "main", "after the fork")]
+
+
+def test_a_followed_file_that_grew_too_fast_is_skipped_to_its_end_and_the_skip_said(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(console, "MAX_HELD_BYTES", 100)
+    emitted: list[dict] = []
+    skipped: list[int] = []
+    log = tmp_path / "trainer.log"
+    log.write_text("".join(f"line {i:04d}\n" for i in range(100)))  # 1,000 bytes
+    follower = FileFollower(emitted.extend, interval=3600, on_skip=skipped.append)
+    follower.follow("trainer", log)
+    follower.start()
+    follower.stop()  # one pass, the final one
+    assert skipped == [900] and follower.dropped_bytes == 900
+    assert lines_of(emitted)[0].startswith("[openruns: 900 bytes of this output were skipped")
+    assert lines_of(emitted)[1:] == [f"line {i:04d}" for i in range(90, 100)]
+
+
+def test_a_pipe_read_faster_than_its_interval_is_handed_on_in_bounded_batches(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(console, "MAX_HELD_BYTES", 100)
+    batches: list[list[dict]] = []
+    read_fd, write_fd = os.pipe()
+    with open(os.devnull, "wb") as devnull:
+        tee = PipeTee(os.fdopen(read_fd, "rb"), devnull.fileno(), "stdout", "job step",
+                      batches.append, flush_interval=3600).start()  # fmt: skip
+        for i in range(50):
+            os.write(write_fd, f"line {i:04d}\n".encode())  # 500 bytes, in 50 reads or fewer
+        # Handed on before the pipe ends and long before the interval: the bound did it.
+        deadline = time.monotonic() + 30
+        while not batches and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert batches
+        os.close(write_fd)
+        tee.join(timeout=30)
+    assert [r["line"] for batch in batches for r in batch] == [f"line {i:04d}" for i in range(50)]

@@ -73,7 +73,7 @@ def test_training_spec(tmp_path):
         ({"kind": "pretrain"}, "kind must be 'eval' or 'train'"),
         ({"tags": "one"}, "tags must be a list of strings"),
         ({"environments": [3]}, "environments"),
-        ({"id": "a/b"}, "id must be"),
+        ({"id": "a/b"}, "id: run id .a/b. is not valid"),
         ({"mode": "online"}, "online mode needs a server"),
     ],
 )

@@ -18,6 +18,7 @@ __all__ = ["Client"]
 _RUNS_PAGE = 200
 _EPISODES_PAGE = 500
 _SEARCH_PAGE = 100
+_LOGS_PAGE = 5000  # the server's largest page
 
 
 class Client:
@@ -185,6 +186,60 @@ class Client:
         episode when `episode_id` is given."""
         params = {"episode_id": episode_id}
         yield from self._pages(f"{_run_path(run_id)}/annotations", params, 1000)
+
+    def logs(
+        self,
+        run_id: str,
+        *,
+        stream: str | None = None,
+        source: str | None = None,
+        tail: int | None = None,
+        after: int | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """
+        The console lines stored for a run, in the order they arrived: `{"offset", "ts",
+        "stream" (stdout | stderr | traceback | output), "source" ("main", a launched
+        component, "job step"), "line"}`. `stream` / `source`: only those. `tail=N`: only the
+        last N lines (still oldest first). `after`: only the lines after that offset (a line's
+        `offset`; pass the last one seen to read what arrived since). The server keeps a run's
+        output within its bound by dropping the middle: `log_totals()` says how much.
+        """
+        if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or tail < 1):
+            raise ConfigurationError(f"tail must be a positive number of lines, got {tail!r}")
+        query: dict[str, Any] = {"stream": stream, "source": source}
+        return self._log_lines(f"{_run_path(run_id)}/logs", query, tail, after)
+
+    def _log_lines(
+        self, path: str, query: dict[str, Any], tail: int | None, after: int | None
+    ) -> Iterator[dict[str, Any]]:
+        if tail is None:
+            cursor = after
+            while True:
+                items = self._get(path, {**query, "after": cursor, "limit": _LOGS_PAGE})["items"]
+                yield from items
+                if len(items) < _LOGS_PAGE:
+                    return
+                cursor = items[-1]["offset"]
+        pages: list[list[dict[str, Any]]] = []  # newest first, read backwards from the end
+        before, wanted = None, tail
+        while wanted > 0:
+            limit = min(wanted, _LOGS_PAGE)
+            params = {**query, "tail": "true", "before": before, "after": after, "limit": limit}
+            items = self._get(path, params)["items"]
+            pages.append(items)
+            wanted -= len(items)
+            if len(items) < limit:
+                break
+            before = items[0]["offset"]
+        for items in reversed(pages):
+            yield from items
+
+    def log_totals(self, run_id: str) -> dict[str, Any]:
+        """What a run printed, as the server counts it: `lines` and `bytes` received,
+        `dropped_lines` and `dropped_bytes` (the middle dropped to keep the run within the
+        server's bound), `gap_offset` (where the gap is; None without one)."""
+        body = self._get(f"{_run_path(run_id)}/logs", {"limit": 1, "tail": "true"})
+        return dict(body["totals"])
 
     def search(
         self,

@@ -15,6 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..console import FileFollower
 
 __all__ = ["add_arguments", "run"]
 
@@ -70,6 +74,13 @@ def run(args: argparse.Namespace) -> int:
     supervisor = Supervisor(job.grace, PROG)
     supervisor.install_signal_handlers()
     base_env = owned.child_environment()
+    # The components' output goes with the run too (the Logs tab), read from their log files.
+    follower: FileFollower | None = None
+    if owned.settings.capture_console and owned.run.mode != "disabled":
+        from ..console import FileFollower
+
+        run = owned.run
+        follower = FileFollower(run._log_console, on_skip=run._count_dropped_console).start()
     start_error: str | None = None
     for component in job.components:
         env = {**base_env, **component.env, COMPONENT_ENV: component.name}
@@ -92,8 +103,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"{PROG}: {start_error}", file=sys.stderr)
             supervisor.stop()
             break
+        if follower is not None:
+            follower.follow(component.name, log_path)
         print(f"{PROG}: {component.name}: pid {child.pid}, log {log_path}", file=sys.stderr)
     outcome = supervisor.supervise()
+    if follower is not None:
+        follower.stop()
     failure = None
     if start_error is not None and outcome.signal is None:
         owned.run.fail(RuntimeError(start_error))

@@ -61,21 +61,22 @@ def spawn(
     stdout: IO[Any] | int | None = None,
     log_path: Path | None = None,
     on_exit: Callable[[Child], None],
+    pipes: bool = False,
 ) -> Child:
     """
     Start `argv` as the leader of a new process group; `on_exit(child)` is called from a waiter
-    thread once the leader has exited (with `child.returncode` set). Raises OSError when the
-    command cannot be started (not found, not executable, bad cwd).
+    thread once the leader has exited (with `child.returncode` set). `stdout`: a file for its
+    output and errors (stdin then reads nothing); `pipes`: its stdout and stderr are pipes for
+    the caller to read (`child.proc.stdout`, `.stderr`), stdin is inherited. Raises OSError when
+    the command cannot be started (not found, not executable, bad cwd).
     """
-    proc = subprocess.Popen(
-        list(argv),
-        env=dict(env),
-        cwd=cwd,
-        stdin=subprocess.DEVNULL if stdout is not None else None,
-        stdout=stdout,
-        stderr=subprocess.STDOUT if stdout is not None else None,
-        process_group=0,
-    )
+    if pipes:
+        streams: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    elif stdout is not None:
+        streams = {"stdin": subprocess.DEVNULL, "stdout": stdout, "stderr": subprocess.STDOUT}
+    else:
+        streams = {}
+    proc = subprocess.Popen(list(argv), env=dict(env), cwd=cwd, process_group=0, **streams)
     child = Child(name, proc, log_path)
 
     def wait() -> None:

@@ -16,13 +16,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from ..settings import DEFAULT_DIR
 from . import DEFAULT_GRACE_SECONDS
 
+if TYPE_CHECKING:
+    from ..console import PipeTee
+
 __all__ = ["add_arguments", "run"]
 
 PROG = "openruns run"
+# After the command's process group is gone its pipes are at EOF; a process that left the
+# group and kept them open does not hold up closing the run longer than this.
+_TEE_JOIN_SECONDS = 5.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,13 +85,35 @@ def run(args: argparse.Namespace) -> int:
     step = "The SLURM job step" if under_slurm() else "The job step"
     supervisor = Supervisor(args.grace, PROG)
     supervisor.install_signal_handlers()
+    # The command's output goes with the run (the Logs tab): read from its pipes here, in
+    # another process than the command, and copied to this terminal as it comes. Not by a
+    # launcher attached to another's run: the owner's launcher already reads this one's output.
+    capture = (
+        owned.settings.capture_console and owned.run.mode != "disabled" and not owned.run.attached
+    )
+    env = owned.child_environment()
+    if capture and sys.stdout.isatty():
+        env.setdefault("PYTHONUNBUFFERED", "1")  # a pipe would make Python block-buffer
     try:
-        supervisor.start("job step", command, env=owned.child_environment())
+        child = supervisor.start("job step", command, env=env, pipes=capture)
     except OSError as exc:
         owned.run.fail(RuntimeError(f"{step} could not be started: {exc}"))
         print(f"{PROG}: cannot start {command[0]!r}: {exc}", file=sys.stderr)
         return 127
+    tees: list[PipeTee] = []
+    if capture:
+        from ..console import PipeTee
+
+        emit = owned.run._log_console
+        assert child.proc.stdout is not None and child.proc.stderr is not None
+        for pipe, fd, stream in (
+            (child.proc.stdout, 1, "stdout"),
+            (child.proc.stderr, 2, "stderr"),
+        ):
+            tees.append(PipeTee(pipe, fd, stream, "job step", emit).start())
     outcome = supervisor.supervise()
+    for tee in tees:
+        tee.join(timeout=_TEE_JOIN_SECONDS)
     failure = None
     if outcome.failed is not None:
         code = outcome.failed.returncode

@@ -82,6 +82,7 @@ class Supervisor:
         stdout: IO[Any] | None = None,
         log_path: Path | None = None,
         daemon: bool = False,
+        pipes: bool = False,
     ) -> Child:
         child = spawn(
             name,
@@ -91,6 +92,7 @@ class Supervisor:
             stdout=stdout,
             log_path=log_path,
             on_exit=lambda c: self._events.put(("exit", c)),
+            pipes=pipes,
         )
         self.children.append(child)
         if daemon:

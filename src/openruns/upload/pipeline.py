@@ -4,6 +4,7 @@ episodes (a step's metrics are visible while its multi-MB rollouts still encode)
 
     log_metrics()     --> "metrics": queue --> encoder thread --> handoff --> sink thread --+
     log_annotations()
+    console lines (put_logs)
     log_episodes()    --> "records": queue --> encoder thread --> handoff --> sink thread --+-> Sink
     log_traces()                     (refs)    to_mapping, stamp,  (pieces,   compress each
                                                orjson in pieces,   bounded    frame, complete
@@ -19,6 +20,14 @@ Threads sleep on their queue or a deadline, never on a poll: the encoder wakes w
 arrive (metric rows: when WAKE_AT_RECORDS wait or when the oldest is MAX_BATCH_AGE old), the
 sink thread when a frame is handed on. The sink does the accounting (Stats): every accepted
 record ends up written, spooled, failed or dropped, and close() counts what its deadline left.
+
+Console lines (console.py) ride the metrics lane as the `logs` stream, like annotations, but are
+admitted by a budget of their own (`put_logs`): at most LOG_HELD_BYTES of them wait to be
+encoded, and at most a quarter of the queue's records, so a flood of prints never takes the
+room metric rows need. A producer that may wait (the capture's drain thread) waits for room; the
+others (a launcher reading its command's pipes, which must never make the command wait) do
+not. Lines still beyond the budget are refused and their characters counted
+(`Stats.dropped_console_chars`), not as dropped records.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..batches import Batch
 from ..records import (
@@ -46,7 +55,7 @@ from .encoder import Coercer, Piece, encode_metrics_row, encode_row, iter_pieces
 from .queue import ByteQueue, Item, RecordQueue
 from .stats import Stats
 
-__all__ = ["Pipeline", "Sink"]
+__all__ = ["LogLines", "Pipeline", "Sink"]
 
 logger = logging.getLogger("openruns")
 
@@ -56,8 +65,19 @@ MAX_BATCH_AGE = 1.0
 # Lines per batch (the upload unit): ~5 MB compressed, a request every ~0.1 s at full speed.
 BATCH_BYTES = 16 * 1024 * 1024
 HANDOFF_BYTES = {"metrics": 1024 * 1024, "records": 8 * 1024 * 1024}
-# Metric rows and annotations are small rows that must not wait behind episodes.
+# Metric rows, annotations and console lines are small rows that must not wait behind episodes.
 LANES = {"metrics": ROW_STREAMS, "records": ("episodes", "traces")}
+# Console lines waiting to be encoded, by what they hold: their characters plus a line's own
+# cost (its dict and strings, roughly LOG_LINE_COST bytes).
+LOG_HELD_BYTES = 4 * 1024 * 1024
+LOG_LINE_COST = 256
+
+
+class LogLines(NamedTuple):
+    """The payload of a `logs` item: line records and what they cost in the budget."""
+
+    rows: list[dict[str, Any]]
+    cost: int
 
 
 class Sink(Protocol):
@@ -106,6 +126,10 @@ class Pipeline:
 
     def _reset(self) -> None:
         self.stats = Stats()
+        # Console producers and the metrics encoder only (never a log_* call).
+        self._log_room = threading.Condition(threading.Lock())
+        self._log_held = 0  # cost of the console lines queued and not yet encoded
+        self._log_held_lines = 0
         self._coercer = Coercer(self.stats.converted)
         self._named_nonfinite: set[str] = set()
         self._lanes = {name: _Lane(self, name, streams) for name, streams in LANES.items()}
@@ -121,12 +145,77 @@ class Pipeline:
     # -- producer side: cheap, never blocking -------------------------------------------------
 
     def put(self, kind: str, payload: Any, count: int, step: int | None, ts: float) -> bool:
-        """Queue one log_* call: `payload` is a metrics dict (kind metrics) or a list of
-        records (kind episodes or traces); False when it was refused (counted as dropped)."""
+        """Queue one log_* call: `payload` is a metrics dict (kind metrics), a list of records
+        (episodes, traces, annotations) or LogLines (logs, through put_logs); False when it
+        was refused (counted as dropped)."""
         if not self._started:
             self._start()  # a forked child starts its threads on first use
         lane = self._lanes["metrics" if kind in ROW_STREAMS else "records"]
         return lane.queue.put(kind, payload, count, step, ts)
+
+    def put_logs(
+        self, rows: list[dict[str, Any]], *, wait: float = 0.0, budgeted: bool = True
+    ) -> bool:
+        """
+        Queue console line records (`{"ts", "stream", "source", "line"}`) on the metrics lane,
+        within the console budget (see the module docstring): the lines that fit go, oldest
+        first; for the rest the call waits up to `wait` seconds for the encoder to free room
+        (0: never blocks; a producer whose own caller must not wait passes 0), then refuses them
+        and counts their characters in `stats.dropped_console_chars`. `budgeted=False` (a
+        traceback, the note of what was dropped: one record that must not lose to a flood)
+        skips the budget. False when any line was refused, or the pipeline is closed.
+        """
+        if self._closed or not rows:
+            return False
+        if not budgeted:
+            return self._queue_logs(LogLines(rows, 0))
+        deadline = time.monotonic() + wait
+        while rows:
+            fit, cost = self._take_log_budget(rows, deadline)
+            if not fit:
+                break
+            if not self._queue_logs(LogLines(rows[:fit], cost)):
+                return False  # the queue itself is full: counted as dropped records
+            rows = rows[fit:]
+        if rows:
+            self.stats.count_dropped_console_chars(sum(len(row.get("line") or "") for row in rows))
+        return not rows
+
+    def _queue_logs(self, lines: LogLines) -> bool:
+        if self.put("logs", lines, len(lines.rows), None, time.time()):
+            return True
+        self.logs_encoded(lines)  # refused by the queue (counted there as dropped records)
+        return False
+
+    def _take_log_budget(self, rows: list[dict[str, Any]], deadline: float) -> tuple[int, int]:
+        """(how many of the first rows fit in the console budget, their cost), taken; waits
+        until at least one fits or `deadline` (time.monotonic()) passes."""
+        with self._log_room:
+            while True:
+                room = LOG_HELD_BYTES - self._log_held
+                room_lines = max(1, self._max_records // 4) - self._log_held_lines
+                fit = cost = 0
+                for row in rows:
+                    row_cost = len(row.get("line") or "") + LOG_LINE_COST
+                    if fit >= room_lines or cost + row_cost > room:
+                        break
+                    fit += 1
+                    cost += row_cost
+                left = deadline - time.monotonic()
+                if fit or left <= 0 or self._closed:
+                    break
+                self._log_room.wait(left)
+            self._log_held += cost
+            self._log_held_lines += fit
+        return fit, cost
+
+    def logs_encoded(self, lines: LogLines) -> None:
+        """Console lines left the queue: their cost is free for the next ones."""
+        if lines.cost:  # budgeted lines (the others cost nothing)
+            with self._log_room:
+                self._log_held -= lines.cost
+                self._log_held_lines -= len(lines.rows)
+                self._log_room.notify_all()
 
     @property
     def dropped(self) -> int:
@@ -170,6 +259,8 @@ class Pipeline:
         if self._closed:
             return True
         self._closed = True
+        with self._log_room:
+            self._log_room.notify_all()  # a console producer waiting for room gives up
         if not self._started:
             return True
         deadline: float | None = None
@@ -212,12 +303,13 @@ class Pipeline:
         self.stats.dropped_values = self._cleaner.dropped_values
         return encode_metrics_row(item.step, item.ts, values)
 
-    def annotation_line(self, annotation: Mapping[str, Any], ts: float) -> list[Piece] | None:
+    def row_line(self, kind: str, row: Mapping[str, Any], ts: float) -> list[Piece] | None:
+        """An annotation or a console line, with the time it was logged unless it has one."""
         try:
-            row = annotation if "ts" in annotation else {**annotation, "ts": ts}
-            return encode_row(row)
+            return encode_row(row if "ts" in row else {**row, "ts": ts})
         except Exception as exc:
-            self.stats.count_failed("encode", 1, exc, "encoding an annotation")
+            what = "an annotation" if kind == "annotations" else "a console line"
+            self.stats.count_failed("encode", 1, exc, f"encoding {what}")
             return None
 
     def record_line(self, stream: str, record: Any, step: int | None) -> Any:
@@ -299,12 +391,15 @@ class _Lane:
                         self._hand_on(work)
                     yield_gil()
                     continue
-                if item.kind == "annotations":
-                    for annotation in item.payload:
-                        line = pipeline.annotation_line(annotation, item.ts)
+                if item.kind in ("annotations", "logs"):
+                    logs = item.payload if item.kind == "logs" else None
+                    for row in item.payload if logs is None else logs.rows:
+                        line = pipeline.row_line(item.kind, row, item.ts)
                         if line is not None:
                             for work in cutter.add(line, None):
                                 self._hand_on(work)
+                    if logs is not None:
+                        pipeline.logs_encoded(logs)
                     yield_gil()
                     continue
                 for record in item.payload:

@@ -24,6 +24,8 @@ class Stats:
         self.dropped = 0  # refused by a full spool, or not drained before finish's deadline
         self.spooled = 0  # currently on disk waiting to be sent
         self.dropped_values = 0  # non-finite / non-numeric metric values
+        # console output not kept (console.py and Pipeline.put_logs' budget), in characters
+        self.dropped_console_chars = 0
         # values in records JSON cannot hold, by what they were stored as ("bytes as base64")
         self.converted: dict[str, int] = {}
         self.errors: list[str] = []
@@ -41,6 +43,10 @@ class Stats:
     def count_dropped(self, n: int) -> None:
         with self._lock:
             self.dropped += n
+
+    def count_dropped_console_chars(self, n: int) -> None:
+        with self._lock:
+            self.dropped_console_chars += n
 
     def count_converted(self, what: str, n: int) -> None:
         with self._lock:

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, RowMapping, delete, insert, select, update
 
+from ...identity import MAX_RUN_ID_CHARS, RUN_ID_PATTERN  # the SDK's rule, written once
 from ...spec import RunStatus
 from ..errors import ApiError, bad_request, conflict
 from .schema import run_tags, runs
@@ -45,11 +46,6 @@ JSON_COLUMNS = ("environments", "tags", "config", "training", "summary", "losses
 RUNNING = RunStatus.RUNNING.value
 TERMINAL = tuple(s.value for s in RunStatus if s.is_terminal())
 NO_LOSSES = {"dropped_records": 0, "failed_records": {}}
-# A run id is a name in URLs, file names (exports, offline run directories) and command lines:
-# letters, digits, `.`, `_` and `-`, starting with a letter or a digit (so never `.`, `..`, a
-# hidden file or an option), 1 to 64 characters (the column's width).
-RUN_ID_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z_.-]{0,63}$"
-MAX_RUN_ID_CHARS = 64
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 
 
