@@ -41,7 +41,20 @@ def _unique(prefix: str = "r") -> str:
 
 
 def test_run_ids_outside_the_safe_alphabet_are_400(client):
-    for bad in (".", "..", "a/b", "../etc", "-rf", ".hidden", "_x", "a b", "é", "x" * 65, ""):
+    for bad in (
+        ".",
+        "..",
+        "a/b",
+        "../etc",
+        "-rf",
+        ".hidden",
+        "_x",
+        "a b",
+        "é",
+        "x" * 65,
+        "",
+        "run\n",
+    ):
         status, code, message = error_of(client.post("/runs", json={"kind": "eval", "id": bad}))
         assert (status, code) == (400, "invalid_run_id"), (bad, message)
         assert "letters, digits" in message

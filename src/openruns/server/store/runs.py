@@ -51,7 +51,7 @@ _RUN_ID = re.compile(RUN_ID_PATTERN)
 
 def check_run_id(run_id: str) -> None:
     """400 naming the rule unless `run_id` is a valid client-chosen run id."""
-    if not _RUN_ID.match(run_id):
+    if not _RUN_ID.fullmatch(run_id):
         raise bad_request(
             "invalid_run_id",
             f"run id {run_id[:80]!r} is not valid: use 1 to {MAX_RUN_ID_CHARS} letters, digits, "
