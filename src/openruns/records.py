@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
+from .spec import MAX_STEP
+
 logger = logging.getLogger("openruns")
 
 __all__ = [
@@ -259,17 +261,23 @@ def _trace_reward(trace: Mapping[str, Any]) -> float | None:
 
 
 def record_step(record: Mapping[str, Any], fallback: int | None) -> int | None:
-    """`run.work.step`, else a top-level `step`, else `fallback`."""
+    """`run.work.step`, else a top-level `step`, else `fallback`; a value that is not a step
+    (not an int from 0 to MAX_STEP) counts as absent, so that one odd record cannot make the
+    server refuse the batch it travels in."""
     run = record.get("run")
     if isinstance(run, Mapping):
         work = run.get("work")
         work_step = work.get("step") if isinstance(work, Mapping) else None
-        if _is_int(work_step):
+        if _is_step(work_step):
             return work_step
     step = record.get("step")
-    if _is_int(step):
+    if _is_step(step):
         return step
     return fallback
+
+
+def _is_step(value: object) -> TypeGuard[int]:
+    return _is_int(value) and 0 <= value <= MAX_STEP
 
 
 # Lists longer than this are bulk data (token ids, logprobs, messages): not walked for NaN.

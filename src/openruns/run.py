@@ -35,7 +35,7 @@ from .errors import OpenrunsError, RunFinishedError
 from .identity import COMPONENT_ENV, component_name, unexport_run
 from .records import WithDefaults, clean_finite
 from .settings import Settings
-from .spec import ConfigSource, RunStatus
+from .spec import MAX_STEP, ConfigSource, RunStatus
 from .upload import fork
 from .upload.pipeline import Pipeline
 
@@ -253,8 +253,7 @@ class Run:
         if not isinstance(values, Mapping):
             raise TypeError(f"values must be a mapping, got {type(values).__name__}")
         if step is not None:
-            if not isinstance(step, int) or isinstance(step, bool):
-                raise TypeError(f"step must be an int or None, got {type(step).__name__}")
+            _check_step(step)
             self._step = step
         if self._pipeline is not None:
             self._pipeline.put("metrics", dict(values), 1, step, time.time())
@@ -336,8 +335,8 @@ class Run:
             raise TypeError(
                 f"log_{stream}() takes an iterable of records, got {type(records).__name__}"
             )
-        if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
-            raise TypeError(f"step must be an int, got {type(step).__name__}")
+        if step is not None:
+            _check_step(step)
         for name, value in (("kind", kind), ("subset", subset)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise TypeError(f"{name} must be a non-empty string, got {value!r}")
@@ -602,3 +601,12 @@ def _describe(error: str | BaseException) -> str:
     if isinstance(error, BaseException):
         return f"{type(error).__name__}: {error}"
     return str(error)
+
+
+def _check_step(step: object) -> None:
+    """A step is an int from 0 to MAX_STEP: refused at the call, not in a batch the server
+    would refuse whole."""
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise TypeError(f"step must be an int or None, got {type(step).__name__}")
+    if not 0 <= step <= MAX_STEP:
+        raise ValueError(f"step must be from 0 to {MAX_STEP}, got {step}")

@@ -17,6 +17,7 @@ __all__ = [
     "FILLABLE",
     "CONFIG_SOURCE_KEY",
     "MAX_CONFIG_SOURCE_BYTES",
+    "MAX_STEP",
     "ConfigSource",
     "EnvironmentRef",
     "RunKind",
@@ -25,6 +26,10 @@ __all__ = [
 ]
 
 RunKind = Literal["eval", "train"]
+
+# Steps are integers from 0 to this (a signed 64-bit column), everywhere: metrics, episodes,
+# annotations; the server refuses others with a 400, the SDK at the call.
+MAX_STEP = 2**63 - 1
 
 # The run metadata a process attached to a run may fill in where the run's owner set none.
 FILLABLE = (

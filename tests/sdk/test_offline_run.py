@@ -203,6 +203,11 @@ def test_argument_errors_name_the_argument(tmp_path):
         run.log_metrics([1, 2])
     with pytest.raises(TypeError, match="step must be an int"):
         run.log_metrics({"x": 1}, step="3")
+    for out_of_range in (-1, 2**63):  # the server would refuse the batch the row travels in
+        with pytest.raises(ValueError, match="step must be from 0 to"):
+            run.log_metrics({"x": 1}, step=out_of_range)
+        with pytest.raises(ValueError, match="step must be from 0 to"):
+            run.log_episodes([_episode(1)], step=out_of_range)
     with pytest.raises(TypeError, match="iterable of records"):
         run.log_episodes({"id": "not-a-list"})
     with pytest.raises(ValueError, match="terminal status"):

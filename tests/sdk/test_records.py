@@ -72,6 +72,16 @@ def test_stamp_run_gives_a_record_without_id_one():
     assert stamped["run"] == {"id": "RUN", "type": "train"}
 
 
+def test_a_record_step_that_is_not_a_step_falls_back():
+    """-1, 2**63, 1.5, True and "3" are not steps (the server refuses them with a 400): the
+    record's index row takes the next candidate, so the batch it travels in is not refused."""
+    for odd in (-1, 2**63, 1.5, True, "3"):
+        assert index_fields({"run": {"work": {"step": odd}}, "step": 4}, 99)["step"] == 4
+        assert index_fields({"run": {"work": {"step": 2}}, "step": odd}, 99)["step"] == 2
+        assert index_fields({"step": odd}, 99)["step"] == 99
+    assert index_fields({"step": 2**63 - 1}, 99)["step"] == 2**63 - 1
+
+
 def test_index_fields_of_an_episode():
     episode = {
         "id": "e1",

@@ -25,6 +25,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, exists, func, insert, literal, select
 
+from ...spec import MAX_STEP  # the SDK's rule, written once
 from . import metric_times
 from .schema import BLOCK_SIZES, metric_blocks, metric_keys, metric_points, metric_time_points
 from .sql import executemany, upsert
@@ -42,7 +43,6 @@ __all__ = [
     "write_points",
 ]
 
-MAX_STEP = 2**63 - 1
 _IN_CHUNK = 500
 # Eval metrics and train metrics of one run stay apart by their keys: an online eval logs under
 # `eval/` (prime-rl's `eval/<env>/...`), and `kind=eval` / `kind=train` reads select by it.
