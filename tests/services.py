@@ -1,23 +1,25 @@
 """
-Services the scale-out tests need, started on first use once per pytest run (shared by its
-xdist workers), on loopback, and thrown away when the run ends:
+Services the scale-out tests need, started on first use once per pytest run on loopback, and
+thrown away when the run ends:
 
-- a PostgreSQL cluster in a temporary directory (Debian's `postgresql` package: initdb and
-  pg_ctl; as root they run as the `postgres` user, which the package creates), with fsync off:
+- a PostgreSQL cluster in a temporary directory, one for the run, shared by its xdist workers
+  (Debian's `postgresql` package: initdb and pg_ctl; as root they run as the `postgres` user,
+  which the package creates), with fsync off:
   a test cluster needs speed, not durability. Each test gets a fresh database copied from a
   migrated template (CREATE DATABASE ... TEMPLATE), so tests never see each other's rows.
-- an S3-compatible endpoint: moto's server mode, in a subprocess. Each test gets a fresh
-  bucket. The server code speaks plain S3 to it, through the endpoint override.
+- an S3-compatible endpoint: moto's server mode, in a subprocess, one per worker (it serves
+  on one core: shared, S3-heavy tests of one worker stalled the others'). Each test gets a
+  fresh bucket. The server code speaks plain S3 to it, through the endpoint override.
 
 Under CI=true a missing PostgreSQL fails the tests that need it; elsewhere they skip, saying
 what to install. `Stores` is where one deployment keeps its data, whichever kind it is.
 
 Loaded as a plugin by tests/conftest.py (`pytest_plugins`), so the session fixtures exist once.
 The process that starts the run (xdist's controller, or pytest alone) names a directory in
-$OPENRUNS_TESTS_SERVICES_DIR before any worker starts; the first worker to need a service
+$OPENRUNS_TESTS_SERVICES_DIR before any worker starts; the first worker to need PostgreSQL
 starts it under a lock on that directory and writes where it listens, the others attach, and
-the controller stops what was started when the run ends. One cluster and one moto instead of
-one per worker: the workers' initdb runs were a tenth of the suite's CPU on two cores.
+the controller stops it when the run ends (one initdb instead of one per worker, which ran
+at the same time on two cores).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ import json
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -84,8 +85,6 @@ def _shared(name: str) -> Iterator[Path]:
 def _stop_shared(directory: Path) -> None:
     if (described := directory / "postgres.json").exists():
         PostgresCluster.stop_described(json.loads(described.read_text()))
-    if (described := directory / "s3.json").exists():
-        S3Endpoint.stop_described(json.loads(described.read_text()))
     shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -264,72 +263,42 @@ def _has_user(name: str) -> bool:
 
 
 class S3Endpoint:
-    """moto's S3 server on 127.0.0.1 in a subprocess; `new_bucket()` is a fresh s3:// URL.
-
-    Spawned with `os.posix_spawn`, not `subprocess.Popen`: a shared endpoint outlives the
-    worker that started it (the run's owner stops it by pid), and a Popen object collected
-    while its process runs is a ResourceWarning."""
+    """moto's S3 server on 127.0.0.1 in a subprocess; `new_bucket()` is a fresh s3:// URL."""
 
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="openruns-s3-"))
         self.log = self.root / "moto.log"
-        self.pid = 0
+        self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self._names = itertools.count()
         self.client: Any = None
-        self.attached = False  # started for the whole run: its owner stops it at the end
-
-    def describe(self) -> dict[str, Any]:
-        return {"url": self.url, "pid": self.pid, "root": str(self.root)}
-
-    @classmethod
-    def attach(cls, described: dict[str, Any]) -> S3Endpoint:
-        endpoint = cls.__new__(cls)
-        endpoint.root, endpoint.log = Path(described["root"]), Path(described["root"]) / "moto.log"
-        endpoint.pid, endpoint.url = described["pid"], described["url"]
-        endpoint._names, endpoint.attached = itertools.count(), True
-        endpoint._connect()
-        return endpoint
-
-    def _connect(self) -> None:
-        import boto3
-
-        self.client = boto3.client("s3", endpoint_url=self.url)
-
-    @staticmethod
-    def stop_described(described: dict[str, Any]) -> None:
-        """Stop an endpoint another process of the run started (it is not our child)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(described["pid"], signal.SIGTERM)
-        shutil.rmtree(described["root"], ignore_errors=True)
 
     def start(self) -> S3Endpoint:
         for _ in range(3):
             port = free_port()
-            log = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            try:
-                command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-                self.pid = os.posix_spawn(
-                    sys.executable,
-                    command,
-                    os.environ,
-                    file_actions=[(os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)],
+            with self.log.open("ab") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
                 )
-            finally:
-                os.close(log)
             self.url = f"http://127.0.0.1:{port}"
             try:
                 _wait(self._answers, 30, "moto's S3 server", self.log)
                 break
             except RuntimeError:
-                self._kill_child()
+                self.proc.kill()
+                self.proc.wait(10)
         else:
             raise RuntimeError(f"moto did not start: {self.log.read_text()[-2000:]}")
-        self._connect()
+        import boto3
+
+        self.client = boto3.client("s3", endpoint_url=self.url)
         return self
 
     def _answers(self) -> bool:
-        if os.waitpid(self.pid, os.WNOHANG)[0]:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
             raise RuntimeError(f"moto exited: {self.log.read_text()[-2000:]}")
         try:
             with socket.create_connection(("127.0.0.1", int(self.url.rsplit(":", 1)[1])), 1):
@@ -337,31 +306,19 @@ class S3Endpoint:
         except OSError:
             return False
 
-    def _kill_child(self) -> None:
-        if not self.pid:
-            return
-        pid, self.pid = self.pid, 0
-        with contextlib.suppress(ChildProcessError, ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 10
-            while not os.waitpid(pid, os.WNOHANG)[0]:
-                if time.monotonic() > deadline:
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                    break
-                time.sleep(0.05)
-
     def new_bucket(self) -> str:
         name = f"openruns-{os.getpid()}-{next(self._names)}"
         self.client.create_bucket(Bucket=name)
         return f"s3://{name}/blobs"
 
     def stop(self) -> None:
-        """Stop an endpoint this process started for itself (a shared one is left to the run's
-        owner)."""
-        if self.attached:
-            return
-        self._kill_child()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -450,13 +407,7 @@ class StoresFactory:
             for name, value in _AWS_ENV.items():
                 self._saved_env[name] = os.environ.get(name)
                 os.environ[name] = value
-            with _shared("s3") as described:
-                if described.exists():
-                    self._s3 = S3Endpoint.attach(json.loads(described.read_text()))
-                else:
-                    self._s3 = S3Endpoint().start()
-                    self._s3.attached = True  # the run's owner stops it at the end
-                    described.write_text(json.dumps(self._s3.describe()))
+            self._s3 = S3Endpoint().start()  # one per worker: moto serves on one core
         return self._s3
 
     def new(self, kind: str, tmp: Path | None = None) -> Stores:
