@@ -19,7 +19,7 @@ from openruns.server import ServerHandle, serve_in_thread
 
 from .seed import Seeded, seed
 
-# What a page shows may wait for Plotly's 4.8 MB bundle to compile, which takes seconds on a
+# What a page shows may wait for Plotly's bundle to compile, which can take seconds on a
 # loaded 2-core machine: assertions wait as long as actions do (playwright's default is 5 s).
 expect.set_options(timeout=15_000)
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
 import re
 from pathlib import Path
 
 import httpx
 import pytest
 
-from openruns.server.web.assets import PLOTLY_URL
+from openruns.server.web.assets import PLOTLY_FILE, PLOTLY_URL
 from openruns.server.web.highlight import render_config
 
 from .seed import CONFIG_TOML
@@ -37,22 +37,29 @@ def test_pages_load_only_same_origin_assets(http, path):
 
 
 def test_no_third_party_code_or_remote_urls_in_our_files():
-    for path in [*STATIC.glob("static/*"), *STATIC.glob("templates/*")]:
+    # Third-party files live in static/vendor/ (VENDOR.md), not among ours.
+    for path in [*STATIC.glob("static/*.*"), *STATIC.glob("templates/*")]:
         text = path.read_text()
         assert not re.search(r"https?://", text), f"{path.name} names a remote URL"
         assert len(text) < 40_000, f"{path.name}: our own files stay small"
 
 
-def test_plotly_comes_from_the_installed_package_and_is_cached(http):
-    spec = importlib.util.find_spec("plotly")
-    assert spec and spec.submodule_search_locations
-    bundle = Path(next(iter(spec.submodule_search_locations))) / "package_data" / "plotly.min.js"
+def test_plotly_is_the_vendored_bundle_named_by_its_version_and_cached(http):
+    vendor = STATIC / "static" / "vendor"
+    bundle = (vendor / PLOTLY_FILE).read_bytes()
+    # The file is the published one: its license header intact, the version its name gives.
+    version = re.fullmatch(r"plotly-cartesian-([\d.]+)\.min\.js", PLOTLY_FILE)
+    assert version and bundle.startswith(b"/**\n* plotly.js (cartesian - minified) v")
+    assert f"v{version.group(1)}\n".encode() in bundle[:100]
+    assert b"Licensed under the MIT license" in bundle[:200]
+    assert f"`{hashlib.sha256(bundle).hexdigest()}`" in (vendor / "VENDOR.md").read_text()
     plain = http.get(PLOTLY_URL, headers={"Accept-Encoding": "identity"})
-    assert plain.status_code == 200 and plain.content == bundle.read_bytes()
+    assert plain.status_code == 200 and plain.content == bundle
+    assert plain.headers["content-type"].startswith("text/javascript")
     assert "immutable" in plain.headers["cache-control"]
     zipped = http.get(PLOTLY_URL, headers={"Accept-Encoding": "gzip"})
     assert zipped.headers["content-encoding"] == "gzip"
-    assert int(zipped.headers["content-length"]) < len(bundle.read_bytes()) / 2
+    assert int(zipped.headers["content-length"]) < len(bundle) / 2
     assert zipped.content == plain.content  # httpx decoded it
     again = http.get(PLOTLY_URL, headers={"If-None-Match": plain.headers["etag"]})
     assert again.status_code == 304 and again.content == b""

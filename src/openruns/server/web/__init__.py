@@ -1,6 +1,6 @@
 """
 The dashboard, served by the server at the root (DESIGN.md section 7): HTML shells, our own
-small scripts and styles, Plotly's bundle from the installed `plotly` package, and the
+small scripts and styles, Plotly's vendored partial bundle, and the
 highlighted config. Everything else it shows comes from the JSON API under /api/v1.
 
     app.include_router(openruns.server.web.router)

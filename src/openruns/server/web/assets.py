@@ -1,17 +1,18 @@
 """
-Static assets of the dashboard, all from installed packages (the dashboard works air-gapped):
+Static assets of the dashboard, all package data of this module (the dashboard works
+air-gapped):
 
-- our own CSS and JavaScript, package data of this module (`web/static/`), sent with
-  `Cache-Control: no-cache` and an ETag, so a browser revalidates (a 304) and an upgrade shows
-  at once;
-- Plotly's bundle, `plotly.min.js` from the data of the installed `plotly` package (nothing is
-  copied into this repository), at a URL that names the package version, so it is cached for a
-  year; and beside it the stylesheet Plotly would otherwise inject as an inline <style> (which
-  the pages' Content-Security-Policy forbids), generated from the same bundle's rule table:
-  pages link it as `#plotly.js-style-global.no-inline-styles`, Plotly's own switch for that;
+- our own CSS and JavaScript (`web/static/`), sent with `Cache-Control: no-cache` and an ETag,
+  so a browser revalidates (a 304) and an upgrade shows at once;
+- Plotly's official "cartesian" partial bundle, vendored in `web/static/vendor/` (its source,
+  checksum and how to update it: `static/vendor/VENDOR.md`), at a URL that names its version,
+  so it is cached for a year; and beside it the stylesheet Plotly would otherwise inject as an
+  inline <style> (which the pages' Content-Security-Policy forbids), generated from the same
+  bundle's rule table: pages link it as `#plotly.js-style-global.no-inline-styles`, Plotly's
+  own switch for that;
 - the Pygments stylesheet of the config view, generated.
 
-Each body is read and gzipped once, on first request (Plotly's 4.8 MB bundle is ~1.4 MB
+Each body is read and gzipped once, on first request (Plotly's 1.5 MB bundle is ~0.5 MB
 gzipped), and answered from memory after that.
 """
 
@@ -19,14 +20,11 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.metadata
-import importlib.util
 import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
@@ -37,7 +35,9 @@ from .highlight import stylesheet
 
 __all__ = [
     "PLOTLY_CSS_URL",
+    "PLOTLY_FILE",
     "PLOTLY_URL",
+    "plotly_bundle",
     "plotly_self_styled_ids",
     "plotly_stylesheet",
     "router",
@@ -49,15 +49,11 @@ _TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=ut
 _YEAR = "public, max-age=31536000, immutable"
 
 
-def _plotly_version() -> str:
-    try:
-        return importlib.metadata.version("plotly")
-    except importlib.metadata.PackageNotFoundError:
-        return "missing"
-
-
-PLOTLY_URL = f"/static/vendor/plotly-{_plotly_version()}.min.js"
-PLOTLY_CSS_URL = f"/static/vendor/plotly-{_plotly_version()}.css"
+# The vendored bundle's file name names its version (the URL is cached as immutable): an
+# update is a new file and this name (static/vendor/VENDOR.md).
+PLOTLY_FILE = "plotly-cartesian-4.1.1.min.js"
+PLOTLY_URL = f"/static/vendor/{PLOTLY_FILE}"
+PLOTLY_CSS_URL = f"/static/vendor/{PLOTLY_FILE.removesuffix('.min.js')}.css"
 # Plotly's rule table (src/css/_*.scss compiled into the bundle): {"X .modebar": "...", ...},
 # applied by a loop that replaces X and Y; the selectors and rules are quoted JS strings.
 _PLOTLY_RULES = re.compile(r'=\{("X,X div":.*?)\};for\(\w+ in \w+\)', re.S)
@@ -95,13 +91,9 @@ def _own_file(name: str) -> bytes:
     return resources.files(__package__).joinpath("static", name).read_bytes()
 
 
-def _plotly_bundle() -> bytes:
-    # find_spec locates the package without importing plotly (a heavy import).
-    spec = importlib.util.find_spec("plotly")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("plotly")
-    path = Path(next(iter(spec.submodule_search_locations))) / "package_data" / "plotly.min.js"
-    return path.read_bytes()
+def plotly_bundle() -> bytes:
+    """The vendored Plotly bundle, as served."""
+    return resources.files(__package__).joinpath("static", "vendor", PLOTLY_FILE).read_bytes()
 
 
 def plotly_stylesheet(bundle: str) -> str:
@@ -109,11 +101,11 @@ def plotly_stylesheet(bundle: str) -> str:
     bundle does not hold the rule table in the expected form (a Plotly upgrade changed it)."""
     found = _PLOTLY_RULES.search(bundle)
     if found is None:
-        raise ValueError("no style rule table in plotly.min.js")
+        raise ValueError("no style rule table in Plotly's bundle")
     table = found.group(1)
     rules = list(_PLOTLY_RULE.finditer(table))
     if not rules or "".join(m.group(0) for m in rules) != table:
-        raise ValueError("plotly.min.js's style rule table has an unexpected form")
+        raise ValueError("the style rule table of Plotly's bundle has an unexpected form")
     out = []
     for match in rules:
         selector, body = (_js_string(match.group(i)) for i in (1, 2))
@@ -125,11 +117,8 @@ def plotly_stylesheet(bundle: str) -> str:
 
 def plotly_self_styled_ids() -> list[str]:
     """Ids of the <style> elements modules inside Plotly's bundle add at load unless an element
-    with that id exists; a page puts an empty element there instead ([] without plotly)."""
-    try:
-        return _SELF_STYLED.findall(_plotly_bundle().decode())
-    except FileNotFoundError:
-        return []
+    with that id exists; a page puts an empty element there instead."""
+    return _SELF_STYLED.findall(plotly_bundle().decode())
 
 
 def _js_string(literal: str) -> str:
@@ -151,26 +140,18 @@ def _respond(request: Request, asset: _Asset, cache_control: str) -> Response:
 
 @router.get(PLOTLY_URL)
 async def plotly_js(request: Request) -> Response:
-    try:
-        asset = await run_in_threadpool(_load, "plotly", _plotly_bundle, _TYPES[".js"])
-    except FileNotFoundError as exc:
-        raise not_found(
-            "plotly is not installed; install the server extra: pip install 'openruns[server]'"
-        ) from exc
+    asset = await run_in_threadpool(_load, "plotly", plotly_bundle, _TYPES[".js"])
     return _respond(request, asset, _YEAR)
 
 
 @router.get(PLOTLY_CSS_URL)
 async def plotly_css(request: Request) -> Response:
-    try:
-        asset = await run_in_threadpool(
-            _load,
-            "plotly.css",
-            lambda: plotly_stylesheet(_plotly_bundle().decode()).encode(),
-            _TYPES[".css"],
-        )
-    except FileNotFoundError as exc:
-        raise not_found("plotly is not installed") from exc
+    asset = await run_in_threadpool(
+        _load,
+        "plotly.css",
+        lambda: plotly_stylesheet(plotly_bundle().decode()).encode(),
+        _TYPES[".css"],
+    )
     return _respond(request, asset, _YEAR)
 
 

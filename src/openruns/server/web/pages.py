@@ -51,7 +51,7 @@ def _template(name: str) -> str:
 @cache
 def render(page: str) -> str:
     title, charts = _PAGES[page]
-    # async: the page's own script shows the header and tables while Plotly's 4.8 MB bundle is
+    # async: the page's own script shows the header and tables while Plotly's bundle (1.5 MB) is
     # still compiling; charts wait for it (charts.js, plotlyReady).
     # Plotly's styles as a stylesheet: the element id and class tell Plotly not to inject them
     # inline, and empty elements stand where bundled modules would add their own <style> (the

@@ -1,4 +1,4 @@
-// Metric charts on Plotly (the global `Plotly`, served from the installed plotly package).
+// Metric charts on Plotly (the global `Plotly`: its cartesian bundle, vendored in static/vendor).
 //
 // SeriesChart draws one metric key for one or more runs ("sources"). It asks the server for at
 // most as many points as the plot is wide (max_points); when the server had to bucket the
