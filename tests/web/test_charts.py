@@ -1,5 +1,6 @@
-"""Charts in a real browser: drawn without scrolling, smoothing with the raw series behind, log
-scale, time axes, hover values, reward bands, and one colour per run on every chart."""
+"""Charts in a real browser: drawn without scrolling (those in view first), smoothing with the
+raw series behind, log scale, time axes, hover values, reward bands, and one colour per run on
+every chart."""
 
 from __future__ import annotations
 
@@ -41,6 +42,55 @@ def test_every_chart_is_drawn_without_scrolling_to_it(page, seeded, screenshot):
     assert below >= 2  # the test means something: charts out of view were drawn too
     page.set_viewport_size({"width": 1280, "height": 900})
     screenshot(page, "run", full_page=True)
+
+
+# The keys of the grid's charts in the order they are drawn.
+DRAW_ORDER = """
+window.__drawn = [];
+new MutationObserver((records) => {
+  for (const r of records) {
+    const el = r.target;
+    if (el.matches("figure.chart:not(.bands)") && el.dataset.drawn === "true"
+        && !window.__drawn.includes(el.dataset.key)) window.__drawn.push(el.dataset.key);
+  }
+}).observe(document, {subtree: true, attributes: true, attributeFilter: ["data-drawn"]});
+"""
+
+IN_VIEW = """(els) => els.filter((e) => {
+  const r = e.getBoundingClientRect();
+  return r.bottom > 0 && r.top < innerHeight;
+}).map((e) => e.dataset.key)"""
+
+
+def test_charts_in_view_when_their_data_arrives_are_drawn_first(page, seeded):
+    page.set_viewport_size({"width": 1280, "height": 500})
+    page.add_init_script(DRAW_ORDER)
+    # The grid's reads of series are held until the reader has scrolled to the last chart.
+    held: list = []
+    released = False
+
+    def hold(route) -> None:
+        if released:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(lambda url: "/metrics?" in url, hold)
+    with page.expect_request(lambda r: "/metrics?" in r.url):
+        page.goto(f"/runs/{seeded.train}")
+    charts = page.locator("figure.chart:not(.bands)")
+    charts.last.scroll_into_view_if_needed()
+    in_view = charts.evaluate_all(IN_VIEW)
+    keys = charts.evaluate_all("(els) => els.map((e) => e.dataset.key)")
+    assert in_view and keys[0] not in in_view  # the first charts in page order are out of view
+    released = True
+    for route in held:
+        route.continue_()
+    for i in range(len(keys)):
+        expect(charts.nth(i)).to_have_attribute("data-drawn", "true")
+    drawn = page.evaluate("window.__drawn")
+    assert sorted(drawn) == sorted(keys)
+    assert set(drawn[: len(in_view)]) == set(in_view), (drawn, in_view)
 
 
 def test_smoothing_log_scale_and_time_axes_are_kept_in_the_browser(fresh_page, seeded):

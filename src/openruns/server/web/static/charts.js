@@ -17,7 +17,7 @@
 // ChartGrid lays charts out in sections (metrics by step, eval metrics by step, rows logged
 // without a step, system), each in groups by key prefix ("train/loss" -> "train"), and loads
 // every chart at once, several keys per request, drawing them one after another without blocking
-// the page: nothing waits to be scrolled to. BandChart draws the p10-p90 band and median of
+// the page, those in view first: nothing waits to be scrolled to. BandChart draws the p10-p90 band and median of
 // the episodes' rewards per step.
 
 import { api, formatTime, h, prefs } from "./common.js";
@@ -759,7 +759,9 @@ export class ChartGrid {
 
   // Read queued charts, KEYS_PER_READ keys per request per run, READS_IN_FLIGHT at a time;
   // each chart draws as soon as its data is in, one at a time, letting the page breathe.
+  // The charts in view (or nearest to it, where the reader has scrolled by then) go first.
   pump() {
+    if (this.reading < READS_IN_FLIGHT && this.queue.length > 1) this.queue = this.nearestFirst(this.queue);
     while (this.reading < READS_IN_FLIGHT && this.queue.length) {
       const ids = this.queue.splice(0, KEYS_PER_READ);
       this.reading += 1;
@@ -774,6 +776,17 @@ export class ChartGrid {
     }
   }
 
+  // Chart ids by their distance from the viewport now (a stable sort: page order among
+  // equals); charts not laid out (in a closed group, a hidden tab) go last.
+  nearestFirst(ids) {
+    const distance = new Map(ids.map((id) => {
+      const box = this.charts.get(id).container.getBoundingClientRect();
+      if (!box.height) return [id, Number.MAX_VALUE];
+      return [id, Math.max(0, box.top - innerHeight, -box.bottom)];
+    }));
+    return [...ids].sort((a, b) => distance.get(a) - distance.get(b));
+  }
+
   // One read per run for several charts: step series come in `series`, rows logged without a
   // step in `time` (a read of time-keyed charts only skips the step series).
   async readKeys(ids) {
@@ -785,7 +798,7 @@ export class ChartGrid {
       keys: names.join(","), max_points: width, step_min: onlyTime ? NO_STEPS : undefined,
     })));
     await this.timelines;
-    for (const id of ids) {
+    for (const id of this.nearestFirst(ids)) { // the reader may have scrolled meanwhile
       const chart = this.charts.get(id);
       const timed = chart instanceof TimeChart;
       const answers = this.sources.map((s, i) => {
