@@ -11,7 +11,7 @@ The dashboard under load, measured in Debian's Chromium through Playwright, agai
    that does nothing, in the same server code): MB/s of NDJSON, 8 MiB batches, 2 in flight.
 
     uv run python benchmarks/dashboard_load.py                 # all three, ~10 minutes
-    uv run python benchmarks/dashboard_load.py --part run      # or step, ingest
+    uv run python benchmarks/dashboard_load.py --part run      # or step, plotly, ingest
     uv run python benchmarks/dashboard_load.py --quick         # a smoke run
 
 Results go in docs/benchmarks.md, section "Dashboard: pages under load".
@@ -123,18 +123,31 @@ def production_episode(
 
 # -- 1. the run page --------------------------------------------------------------------------
 
-# Recorded in the page: when the first and the last of `expected` charts were drawn, and every
-# long task (> 50 ms) of the main thread.
+# Recorded in the page: when the first and the last of `expected` charts were drawn, when the
+# last of the charts in the first screen (the viewport, as laid out once all are drawn) was
+# drawn, and every long task (> 50 ms) of the main thread.
 RUN_PAGE_PROBE = """
-window.__probe = {longTasks: [], firstDrawn: null, allDrawn: null};
+window.__probe = {longTasks: [], firstDrawn: null, allDrawn: null, inView: null, inViewDrawn: null};
 new PerformanceObserver((list) => {
   for (const e of list.getEntries()) window.__probe.longTasks.push([e.startTime, e.duration]);
 }).observe({type: "longtask", buffered: true});
-new MutationObserver(() => {
+const drawnAt = new Map();
+new MutationObserver((records) => {
+  const now = performance.now();
+  for (const r of records) {
+    if (r.target.dataset.drawn === "true" && !drawnAt.has(r.target)) drawnAt.set(r.target, now);
+  }
+  const p = window.__probe;
   const drawn = document.querySelectorAll('figure.chart[data-drawn="true"]').length;
-  if (drawn && window.__probe.firstDrawn === null) window.__probe.firstDrawn = performance.now();
-  if (drawn >= EXPECTED && window.__probe.allDrawn === null) {
-    window.__probe.allDrawn = performance.now();
+  if (drawn && p.firstDrawn === null) p.firstDrawn = now;
+  if (drawn >= EXPECTED && p.allDrawn === null) {
+    p.allDrawn = now;
+    const seen = [...drawnAt].filter(([el]) => {
+      const box = el.getBoundingClientRect();
+      return box.bottom > 0 && box.top < innerHeight;
+    });
+    p.inView = seen.length;
+    p.inViewDrawn = Math.max(0, ...seen.map(([, t]) => t));
   }
 }).observe(document, {subtree: true, attributes: true, attributeFilter: ["data-drawn"]});
 """
@@ -175,10 +188,13 @@ def time_page(browser, url: str, path: str, probe: str, ready: str, repeats: int
     for i in range(repeats):
         page = context.new_page()
         page.goto(path)
-        page.wait_for_function(ready, timeout=120_000, polling=50)
+        # A function, not an expression: Playwright would eval() an expression, which the
+        # pages' Content-Security-Policy (no 'unsafe-eval') refuses.
+        page.wait_for_function(f"() => {ready}", timeout=120_000, polling=50)
         page.wait_for_timeout(300)  # long tasks right after the last chart are counted too
         result = page.evaluate("window.__probe")
         result["cold"] = i == 0
+        result["load"] = os.getloadavg()[0]
         out.append(result)
         page.close()
     context.close()
@@ -194,7 +210,10 @@ def summarize_run_page(samples: list[dict]) -> dict:
         rows.append(
             {
                 "cold": s["cold"],
+                "load": s["load"],
                 "first": s["firstDrawn"],
+                "in_view": s["inView"],
+                "in_view_drawn": s["inViewDrawn"],
                 "all": s["allDrawn"],
                 "interactive": max(s["allDrawn"], last_end),
                 "tbt": blocking,
@@ -266,6 +285,7 @@ def bench_step_page(browser, url: str, episodes: int, repeats: int) -> tuple[lis
         rows.append(
             {
                 "cold": s["cold"],
+                "load": s["load"],
                 "rows": s["rows"],
                 "previews": s["previews"],
                 "histogram": s["histogram"],
@@ -344,10 +364,11 @@ def bench_ingest(total_mb: int, rounds: int) -> list[dict]:
 
 PLOTLY_PROBE = """async (url) => {
   const t0 = performance.now();
-  await new Promise((res) => {
+  await new Promise((res, rej) => {
     const s = document.createElement("script");
     s.src = url;
     s.onload = res;
+    s.onerror = () => rej(new Error(`could not load ${url}`));
     document.head.append(s);
   });
   const out = {load: performance.now() - t0};
@@ -373,18 +394,39 @@ PLOTLY_PROBE = """async (url) => {
 }"""
 
 
-def bench_plotly(browser, url: str, repeats: int) -> list[dict]:
+def _answer_with(body: bytes):
+    return lambda route: route.fulfill(content_type="text/javascript", body=body)
+
+
+def bench_plotly(browser, url: str, repeats: int, other: Path | None = None) -> list[dict]:
     """Plotly's bundle loaded into an empty page (from the HTTP cache after the first time),
-    then the ms per chart of 20 charts drawn as the dashboard draws them."""
-    from openruns.server.web.assets import PLOTLY_URL
+    then the ms per chart of 20 charts drawn as the dashboard draws them. With `other` (another
+    bundle, e.g. the full plotly.min.js), that one is measured too, alternating with ours, both
+    then answered by the browser itself (no HTTP cache) so that they are measured alike."""
+    from openruns.server.web.assets import PLOTLY_URL, plotly_bundle
 
     context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=url)
+    # An empty page of the server's origin (the bundle's URL is same-origin, so the HTTP cache
+    # serves it after the first time), answered by the browser itself: the server's own
+    # answers that are not pages forbid scripts (Content-Security-Policy default-src 'none').
+    blank = "/__plotly_probe"
+    context.route(
+        f"**{blank}", lambda route: route.fulfill(content_type="text/html", body="<!doctype html>")
+    )
+    bundles = {"served": PLOTLY_URL}
+    if other is not None:
+        bodies = {"/__bundle/ours.js": plotly_bundle(), "/__bundle/other.js": other.read_bytes()}
+        for path, body in bodies.items():
+            context.route(f"**{path}", _answer_with(body))
+        bundles = {"ours": "/__bundle/ours.js", f"other ({other.name})": "/__bundle/other.js"}
     out = []
     for _ in range(repeats):
-        page = context.new_page()
-        page.goto("/static/app.css")
-        out.append(page.evaluate(PLOTLY_PROBE, PLOTLY_URL))
-        page.close()
+        for name, src in bundles.items():
+            page = context.new_page()
+            page.goto(blank)
+            row = page.evaluate(PLOTLY_PROBE, src)
+            out.append({"bundle": name, **row, "loadavg": os.getloadavg()[0]})
+            page.close()
     context.close()
     return out
 
@@ -393,11 +435,13 @@ def bench_plotly(browser, url: str, repeats: int) -> list[dict]:
 
 
 def table(rows: list[dict], columns: list[str]) -> str:
-    def cell(v):
-        return f"{v:.0f}" if isinstance(v, float) else str(v)
+    def cell(v, column):
+        if not isinstance(v, float):
+            return str(v)
+        return f"{v:.1f}" if column == "load" else f"{v:.0f}"
 
     lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-    lines += ["| " + " | ".join(cell(r[c]) for c in columns) + " |" for r in rows]
+    lines += ["| " + " | ".join(cell(r[c], c) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -408,6 +452,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4, help="page loads (the first cold)")
     parser.add_argument(
         "--rounds", type=int, default=4, help="ingest rounds, each with and without"
+    )
+    parser.add_argument(
+        "--compare-bundle",
+        type=Path,
+        help="--part plotly: measure this Plotly bundle too (e.g. the full plotly.min.js)",
     )
     args = parser.parse_args()
     keys, steps = (10, 5_000) if args.quick else (50, 100_000)
@@ -434,7 +483,10 @@ def main() -> None:
                                 rows,
                                 [
                                     "cold",
+                                    "load",
                                     "first",
+                                    "in_view",
+                                    "in_view_drawn",
                                     "all",
                                     "interactive",
                                     "tbt",
@@ -452,17 +504,26 @@ def main() -> None:
                         print(
                             table(
                                 rows,
-                                ["cold", "rows", "previews", "histogram", "interactive", "tbt"],
+                                [
+                                    "cold",
+                                    "load",
+                                    "rows",
+                                    "previews",
+                                    "histogram",
+                                    "interactive",
+                                    "tbt",
+                                ],
                             )
                         )
                         warm = [r["interactive"] for r in rows if not r["cold"]]
                         median = statistics.median(warm)
                         print(f"  warm interactive median {median:.0f} ms; {os.getloadavg()}")
                     if args.part in ("plotly", "all"):
-                        for row in bench_plotly(browser, url, args.repeats):
-                            print(
-                                "  plotly: " + ", ".join(f"{k} {v:.0f} ms" for k, v in row.items())
-                            )
+                        other = args.compare_bundle
+                        for row in bench_plotly(browser, url, args.repeats, other):
+                            name, loadavg = row.pop("bundle"), row.pop("loadavg")
+                            times = ", ".join(f"{k} {v:.0f} ms" for k, v in row.items())
+                            print(f"  plotly {name}: {times} (load average {loadavg:.1f})")
                     browser.close()
             finally:
                 proc.terminate()
