@@ -89,6 +89,7 @@ def test_sigterm_is_forwarded_and_the_child_tears_down(tmp_path):
     owner.send_signal(signal.SIGTERM)
     _, stderr = owner.communicate(timeout=90)
     assert owner.returncode == 143, stderr
+    assert (tmp_path / "got").exists(), stderr  # the child was signalled, not killed at once
     assert (tmp_path / "got").read_text() == "SIGTERM"
     assert (tmp_path / "teardown-done").exists()  # the owner waited for the teardown
     _, doc = the_run(tmp_path / "runs")
