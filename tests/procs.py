@@ -9,11 +9,13 @@ _live: list[subprocess.Popen] = []
 
 
 def default_signals() -> None:
-    """preexec_fn: the child starts with the default SIGINT and SIGTERM dispositions, as if
-    started from an interactive shell, whatever the test runner inherited (a shell's background
-    job, CI's included, starts with SIGINT ignored, and Python then keeps it ignored)."""
+    """preexec_fn: the child starts with the default SIGINT, SIGTERM and SIGHUP dispositions, as
+    if started from an interactive shell, whatever the test runner inherited (a shell's
+    background job, CI's included, starts with SIGINT ignored, and Python then keeps it ignored;
+    a runner started with `nohup` ignores SIGHUP, which a launcher then keeps ignored)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def track(proc: subprocess.Popen) -> subprocess.Popen:

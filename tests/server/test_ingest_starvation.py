@@ -161,17 +161,21 @@ def test_an_idle_upload_loses_its_slot_to_a_waiting_one(make_server):
     with api(server.url) as http:
         rid = create_run(http)["id"]
     path = f"/api/v1/runs/{rid}/metrics"
-    stalled = []
-    for source in ("127.0.0.2", "127.0.0.3"):
-        sock = _open(server.url, source)
-        sock.sendall(_headers("POST", path, 1000) + b"{")
-        stalled.append(sock)
-    # A second upload of the first caller is refused: proof its first one holds a slot.
-    with _open(server.url, "127.0.0.2") as probe:
-        probe.sendall(_headers("POST", path, 1000) + b"{")
-        status, answer = _answer(probe)
-        assert status == 429 and _code(answer) == "too_many_uploads", answer
+    stalled: list[socket.socket] = []
     try:
+        for source in ("127.0.0.2", "127.0.0.3"):
+            sock = _open(server.url, source)
+            stalled.append(sock)
+            # The server asks for the body (100 Continue) once the upload holds its slot: on a
+            # loaded machine the probe below could otherwise arrive first.
+            sock.sendall(_headers("POST", path, 1000, Expect="100-continue"))
+            assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue"), "no 100 Continue"
+            sock.sendall(b"{")
+        # A second upload of the first caller is refused: proof its first one holds a slot.
+        with _open(server.url, "127.0.0.2") as probe:
+            probe.sendall(_headers("POST", path, 1000) + b"{")
+            status, answer = _answer(probe)
+            assert status == 429 and _code(answer) == "too_many_uploads", answer
         time.sleep(3.0)  # both stalled uploads are now idle past 2 s (not yet at their 8 s)
         with api(server.url) as http:
             response = upload(http, rid, "metrics", metric_rows(range(5), loss=1.0))
