@@ -29,8 +29,8 @@ export const COLORS = [
 
 // Plotly's bundle loads async (pages.py); charts draw once it has run. A page that draws its
 // chart after its table (the step page) names the bundle in <meta name="plotly"> instead, and
-// loadPlotly() fetches it when asked: its evaluation (~1.3 s of main thread here) then does not
-// hold up the table.
+// loadPlotly() fetches it when asked: its evaluation (0.4-0.8 s of main thread here) then does
+// not hold up the table.
 let plotlyLoading = null;
 export function loadPlotly() {
   plotlyLoading ??= new Promise((resolve, reject) => {
