@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import orjson
 import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import server_process  # noqa: E402
 from openruns.rundir import batch_key  # noqa: E402
 from search import make_episode as text_episode  # noqa: E402  (benchmarks/search.py)
 from search import make_sentences  # noqa: E402
@@ -45,36 +45,11 @@ CHROMIUM = os.environ.get("OPENRUNS_TEST_CHROMIUM", "/usr/bin/chromium")
 MiB = 1024 * 1024
 
 # Replaces the search indexer by a task that waits forever (for the ingest comparison).
-NO_INDEXER = """
-import asyncio, sys
-import openruns.server.search_indexer as indexer
-async def follow(state):
-    await asyncio.Event().wait()
-indexer.follow = follow
-from openruns.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
 
 
 def start_server(data_dir: Path, indexer: bool = True) -> tuple[subprocess.Popen[bytes], str]:
-    log = data_dir.with_suffix(".log")
-    launcher = ["-m", "openruns.cli"] if indexer else ["-c", NO_INDEXER]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, *launcher, "server", "-p", "0", "--data-dir", str(data_dir)],
-            env={**os.environ, "PYTHONPATH": SRC},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        match = re.search(rb"listening on (http://\S+)", log.read_bytes())
-        if match:
-            return proc, match.group(1).decode()
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise RuntimeError(log.read_text())
+    args = ["--data-dir", str(data_dir)]
+    return server_process.start_server(args, data_dir.with_suffix(".log"), search_index=indexer)
 
 
 def post_all(

@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import gc
 import os
-import re
 import resource
 import shutil
 import signal
@@ -40,6 +39,7 @@ import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import openruns  # noqa: E402
+import server_process  # noqa: E402
 from episodes import EpisodeFactory  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -47,40 +47,13 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 # `--no-search-index`: the server without its full-text indexer (issue 14's), which reads every
 # record behind ingest at up to a quarter of a core: so ingest's own CPU can be measured apart.
-_WITHOUT_INDEXER = (
-    "import asyncio, sys\n"
-    "from openruns.server import search_indexer\n"
-    "async def idle(state):\n"
-    "    await asyncio.Event().wait()\n"
-    "search_indexer.follow = idle\n"
-    "from openruns.cli import main\n"
-    "sys.exit(main(sys.argv[1:]))\n"
-)
 
 
-def start_server(data_dir: Path, search_index: bool = True) -> tuple[subprocess.Popen[str], str]:
-    launcher = ["-m", "openruns.cli"] if search_index else ["-c", _WITHOUT_INDEXER]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            *launcher,
-            "server",
-            "--port",
-            "0",
-            "--data-dir",
-            str(data_dir),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+def start_server(data_dir: Path, search_index: bool = True) -> tuple[subprocess.Popen[bytes], str]:
+    args = ["--data-dir", str(data_dir)]
+    return server_process.start_server(
+        args, data_dir.with_suffix(".log"), search_index=search_index
     )
-    while True:
-        line = proc.stdout.readline()
-        match = re.search(r"listening on (http://\S+)", line)
-        if match:
-            return proc, match.group(1)
-        if not line:
-            raise RuntimeError("the server did not start")
 
 
 def single_core_limit(episodes: list[dict]) -> float:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,9 @@ import httpx
 import orjson
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import server_process  # noqa: E402
+
 _CLOCK = os.sysconf("SC_CLK_TCK")
 
 # Each SDK's process: build the same episodes, log them one call per episode, finish, report.
@@ -60,7 +62,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=60)
     args = parser.parse_args()
-    sys.path.insert(0, str(HERE))
     from episodes import EpisodeFactory
 
     factory = EpisodeFactory(seed=7)
@@ -107,20 +108,9 @@ def main() -> None:
         )
 
 
-def _start_server(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "openruns.cli", "server", "--port", "0"]
-        + ["--data-dir", str(data_dir), "--rate-limit", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    while line := proc.stdout.readline():
-        match = re.search(r"listening on (http://\S+)", line)
-        if match:
-            return proc, match.group(1)
-    raise RuntimeError("the server did not start")
+def _start_server(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    args = ["--data-dir", str(data_dir), "--rate-limit", "0"]
+    return server_process.start_server(args, data_dir.with_suffix(".log"))
 
 
 def _produce(open_run: str, episodes: int, env: dict[str, str], home: Path) -> dict:

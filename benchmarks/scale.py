@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -43,28 +42,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.services
 
 from tests.services import PostgresCluster, S3Endpoint, postgres_bin  # noqa: E402
 
-from server_ingest import SRC, episode_batches, machine, metric_batches  # noqa: E402
+import server_process  # noqa: E402
+from server_ingest import episode_batches, machine, metric_batches  # noqa: E402
 
 MiB = 1024 * 1024
 TICK = os.sysconf("SC_CLK_TCK")
 
 
 def start_replica(args: list[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "openruns.cli", "server", "-p", "0", *args],
-            env={**os.environ, "PYTHONPATH": SRC},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if match := re.search(rb"listening on (http://\S+)", log.read_bytes()):
-            return proc, match.group(1).decode()
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise RuntimeError(log.read_text())
+    return server_process.start_server(args, log)
 
 
 # -- CPU accounting ------------------------------------------------------------------------------

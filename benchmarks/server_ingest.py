@@ -20,7 +20,6 @@ import argparse
 import os
 import platform
 import random
-import re
 import sqlite3
 import statistics
 import subprocess
@@ -34,39 +33,16 @@ import httpx
 import orjson
 import zstandard
 
-from openruns.rundir import batch_key
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import server_process  # noqa: E402
+from openruns.rundir import batch_key  # noqa: E402
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = server_process.SRC
 MiB = 1024 * 1024
 
 
 def start_server(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    log = data_dir.with_suffix(".log")
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "openruns.cli",
-                "server",
-                "-p",
-                "0",
-                "--data-dir",
-                str(data_dir),
-            ],
-            env={**os.environ, "PYTHONPATH": SRC},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        match = re.search(rb"listening on (http://\S+)", log.read_bytes())
-        if match:
-            return proc, match.group(1).decode()
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise RuntimeError(log.read_text())
+    return server_process.start_server(["--data-dir", str(data_dir)], data_dir.with_suffix(".log"))
 
 
 def post_all(
