@@ -25,8 +25,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -39,6 +37,7 @@ import server_process  # noqa: E402
 from openruns.rundir import batch_key  # noqa: E402
 from search import make_episode as text_episode  # noqa: E402  (benchmarks/search.py)
 from search import make_sentences  # noqa: E402
+from server_ingest import post_all  # noqa: E402  (benchmarks/server_ingest.py)
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 CHROMIUM = os.environ.get("OPENRUNS_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -50,23 +49,6 @@ MiB = 1024 * 1024
 def start_server(data_dir: Path, indexer: bool = True) -> tuple[subprocess.Popen[bytes], str]:
     args = ["--data-dir", str(data_dir)]
     return server_process.start_server(args, data_dir.with_suffix(".log"), search_index=indexer)
-
-
-def post_all(
-    url: str, run_id: str, kind: str, bodies: list[tuple[bytes, str]], workers: int
-) -> float:
-    def post(item: tuple[bytes, str]) -> None:
-        body, key = item
-        headers = {"Content-Encoding": "zstd", "Idempotency-Key": key}
-        client.post(f"/runs/{run_id}/{kind}", content=body, headers=headers).raise_for_status()
-
-    with httpx.Client(
-        base_url=url + "/api/v1", timeout=600, limits=httpx.Limits(max_connections=workers)
-    ) as client:
-        start = time.perf_counter()
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(post, bodies))
-        return time.perf_counter() - start
 
 
 def new_run(url: str, name: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 from openruns.server import ServerHandle, serve_in_thread
 
 from ..services import BACKENDS, Stores, StoresFactory
-from .helpers import api
+from .helpers import api, new_key
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -63,3 +63,11 @@ def shared_server(backend, stores_factory: StoresFactory, tmp_path_factory) -> I
 def client(shared_server) -> Iterator[httpx.Client]:
     with api(shared_server.url) as http:
         yield http
+
+
+@pytest.fixture
+def teams(make_server, new_stores, capsys):
+    """A server with auth on and a key for each of two teams: (server, {team: key}, stores)."""
+    stores = new_stores()
+    keys = {team: new_key(stores, team, capsys) for team in ("red", "blue")}
+    return make_server(stores, auth=True), keys, stores

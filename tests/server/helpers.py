@@ -143,3 +143,13 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+
+
+def new_key(stores: Any, team: str, capsys: Any) -> str:
+    """A fresh API key of `team`, made by `openruns keys create` on `stores`' database."""
+    from openruns.cli import main as openruns_main
+
+    assert openruns_main(["keys", "create", "--team", team, *stores.db_args()]) == 0
+    out, err = capsys.readouterr()
+    assert "not shown again" in err
+    return out.strip()

@@ -7,25 +7,11 @@ import pytest
 from openruns.cli import main as openruns_main
 from openruns.server.config import ServerConfigError, ServerSettings
 
-from .helpers import api, create_run, error_of, metric_rows, upload
+from .helpers import api, create_run, error_of, metric_rows, new_key, upload
 
 
-def new_key(stores, team, capsys) -> str:
-    assert openruns_main(["keys", "create", "--team", team, *stores.db_args()]) == 0
-    out, err = capsys.readouterr()
-    assert "not shown again" in err
-    return out.strip()
-
-
-@pytest.fixture
-def auth_server(make_server, new_stores, capsys):
-    stores = new_stores()
-    keys = {team: new_key(stores, team, capsys) for team in ("red", "blue")}
-    return make_server(stores, auth=True), keys, stores
-
-
-def test_a_key_sees_only_its_team(auth_server):
-    server, keys, _ = auth_server
+def test_a_key_sees_only_its_team(teams):
+    server, keys, _ = teams
     with api(server.url, keys["red"]) as red, api(server.url, keys["blue"]) as blue:
         mine = create_run(red)
         assert mine["team_id"] == "red"
@@ -49,8 +35,8 @@ def test_a_key_sees_only_its_team(auth_server):
         assert other_team.status_code == 403
 
 
-def test_missing_bad_and_revoked_keys_are_401(auth_server, capsys):
-    server, keys, data = auth_server
+def test_missing_bad_and_revoked_keys_are_401(teams, capsys):
+    server, keys, data = teams
     with api(server.url) as anonymous:
         status, code, message = error_of(anonymous.get("/runs"))
         assert (status, code) == (401, "unauthorized") and "openruns keys create" in message
@@ -68,8 +54,8 @@ def test_missing_bad_and_revoked_keys_are_401(auth_server, capsys):
     assert openruns_main(["keys", "revoke", red_id, *data.db_args()]) == 1
 
 
-def test_a_run_token_reaches_its_run_only(auth_server):
-    server, keys, _ = auth_server
+def test_a_run_token_reaches_its_run_only(teams):
+    server, keys, _ = teams
     with api(server.url, keys["red"]) as red:
         run = create_run(red)
         other = create_run(red)["id"]

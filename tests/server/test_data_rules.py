@@ -15,25 +15,12 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, insert
 
-from openruns.cli import main as openruns_main
 from openruns.server.store import Store
 from openruns.server.store.metrics import MAX_STEP
 from openruns.server.store.migrate import SCRIPTS
 from openruns.server.store.schema import runs as runs_table
 
 from .helpers import api, create_run, episode, error_of, metric_rows, ndjson, upload
-
-
-def new_key(stores, team, capsys) -> str:
-    assert openruns_main(["keys", "create", "--team", team, *stores.db_args()]) == 0
-    return capsys.readouterr().out.strip()
-
-
-@pytest.fixture
-def teams(make_server, new_stores, capsys):
-    stores = new_stores()
-    keys = {team: new_key(stores, team, capsys) for team in ("red", "blue")}
-    return make_server(stores, auth=True), keys, stores
 
 
 def _unique(prefix: str = "r") -> str:

@@ -11,24 +11,11 @@ import logging
 import re
 
 import httpx
-import pytest
 
 from openruns.cli import main as openruns_main
 from openruns.server.auth import SESSION_COOKIE
 
-from .helpers import api, create_run, error_of, metric_rows, upload
-
-
-def new_key(stores, team, capsys) -> str:
-    assert openruns_main(["keys", "create", "--team", team, *stores.db_args()]) == 0
-    return capsys.readouterr().out.strip()
-
-
-@pytest.fixture
-def teams(make_server, new_stores, capsys):
-    stores = new_stores()
-    keys = {team: new_key(stores, team, capsys) for team in ("red", "blue")}
-    return make_server(stores, auth=True), keys, stores
+from .helpers import api, create_run, error_of, metric_rows, new_key, upload
 
 
 def sign_in(url: str, key: str, **headers: str) -> httpx.Response:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import zstandard
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
@@ -16,8 +15,8 @@ from starlette.responses import Response, StreamingResponse
 from ..errors import not_found
 from ..handlers import JSON
 from ..routes.deps import Caller, State, readable_run
-from ..routes.export import ExportReport, ndjson_to_the_end
-from ..segment_reads import DamagedSegment, iter_lines
+from ..routes.export import ExportReport, blob_lines, ndjson_to_the_end
+from ..segment_reads import DamagedSegment
 from ..state import ServerState
 from ..store.metrics import MAX_STEP
 
@@ -45,23 +44,7 @@ async def _rows(
     """The rows of each object; one that cannot be read is skipped and reported (as exports
     do: routes/export.py), never cut mid-row."""
     for obj in objects:
-        key = obj["blob_key"]
-        try:
-            blob = await run_in_threadpool(state.blobs.get, key)
-        except FileNotFoundError:
-            report.skip(key, obj["rows"], "the blob is missing")
-            continue
-        pieces = iter_lines(blob)
-        sent = 0
-        while True:
-            try:
-                piece = await run_in_threadpool(next, pieces, b"")
-            except zstandard.ZstdError as exc:
-                report.skip(key, max(0, obj["rows"] - sent), f"damaged: {exc}")
-                break
-            if not piece:
-                break
-            sent += piece.count(b"\n")
+        async for piece in blob_lines(state, obj["blob_key"], obj["rows"], report):
             yield piece
 
 

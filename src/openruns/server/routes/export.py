@@ -146,6 +146,33 @@ class ExportReport:
         }
 
 
+async def blob_lines(
+    state: ServerState, key: str, records: int, report: ExportReport
+) -> AsyncIterator[bytes]:
+    """The NDJSON lines of the zstd blob `key`, which holds `records` records, in pieces; a
+    missing, damaged or short blob is skipped from where it fails and reported, never cut
+    mid-line."""
+    try:
+        blob = await run_in_threadpool(state.blobs.get, key)
+    except FileNotFoundError:
+        report.skip(key, records, "the blob is missing")
+        return
+    pieces = iter_lines(blob)
+    sent = 0
+    while True:
+        try:
+            piece = await run_in_threadpool(next, pieces, b"")
+        except zstandard.ZstdError as exc:
+            report.skip(key, max(0, records - sent), f"damaged: {exc}")
+            return
+        if not piece:
+            if sent < records:
+                report.skip(key, records - sent, "truncated")
+            return
+        sent += sum(1 for line in piece.split(b"\n") if line.strip())
+        yield piece
+
+
 async def _after(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     if first:
         yield first
@@ -218,24 +245,7 @@ async def _episodes_ndjson(
             ):
                 yield piece
             continue
-        try:
-            blob = await run_in_threadpool(state.blobs.get, key)
-        except FileNotFoundError:
-            report.skip(key, records, "the blob is missing")
-            continue
-        pieces = iter_lines(blob)
-        sent = 0
-        while True:
-            try:
-                piece = await run_in_threadpool(next, pieces, b"")
-            except zstandard.ZstdError as exc:
-                report.skip(key, max(0, records - sent), f"damaged: {exc}")
-                break
-            if not piece:
-                if sent < records:
-                    report.skip(key, records - sent, "truncated")
-                break
-            sent += sum(1 for line in piece.split(b"\n") if line.strip())
+        async for piece in blob_lines(state, key, records, report):
             yield piece
 
 
