@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
@@ -44,6 +44,7 @@ from ..errors import ApiError, bad_request, insufficient_storage, overloaded
 __all__ = ["Database", "describe_url"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 SQLITE_READERS = 4
 BUSY_TIMEOUT_MS = 10_000
@@ -110,17 +111,27 @@ class Database:
             raise
         return db
 
-    async def write(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._wait("write", fn, args)
+    # The door to the database: `fn(conn, *args, **kwargs)` in one transaction, its arguments
+    # checked by mypy against `fn` itself (issue 23).
+    async def write(
+        self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        return await self._wait("write", _bind(fn, args, kwargs))
 
-    def write_sync(self, fn: Callable[..., T], *args: Any) -> T:
-        return self._submit("write", fn, args).result()
+    def write_sync(
+        self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        return self._submit("write", _bind(fn, args, kwargs)).result()
 
-    async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._wait("read", fn, args)
+    async def read(
+        self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        return await self._wait("read", _bind(fn, args, kwargs))
 
-    def read_sync(self, fn: Callable[..., T], *args: Any) -> T:
-        return self._submit("read", fn, args).result()
+    def read_sync(
+        self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        return self._submit("read", _bind(fn, args, kwargs)).result()
 
     def close(self) -> None:
         with self._lock:
@@ -132,14 +143,14 @@ class Database:
         self.writer.dispose()
         self.reader.dispose()
 
-    def _submit(self, kind: str, fn: Callable[..., T], args: tuple[Any, ...]) -> Future[T]:
+    def _submit(self, kind: str, fn: Callable[[Connection], T]) -> Future[T]:
         pool = self._write_pool if kind == "write" else self._read_pool
-        return pool.submit(self._call, kind, fn, args)
+        return pool.submit(self._call, kind, fn)
 
-    async def _wait(self, kind: str, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    async def _wait(self, kind: str, fn: Callable[[Connection], T]) -> T:
         """fn's result; 503 when no connection came free within pool_timeout. A call that has
         started is never abandoned (its transaction may be committing): only a queued one."""
-        future = self._submit(kind, fn, args)
+        future = self._submit(kind, fn)
         try:
             return await asyncio.wait_for(
                 asyncio.shield(asyncio.wrap_future(future)), self.pool_timeout
@@ -154,13 +165,13 @@ class Database:
             code="database_pool_exhausted",
         )
 
-    def _call(self, kind: str, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    def _call(self, kind: str, fn: Callable[[Connection], T]) -> T:
         try:
             if kind == "write":
                 with self.writer.begin() as conn:
-                    return fn(conn, *args)
+                    return fn(conn)
             with self.reader.connect() as conn:
-                return self._timed_read(conn, fn, args)
+                return self._timed_read(conn, fn)
         except IntegrityError as exc:
             # Only a concurrent write of the same row (another replica, or a retried request
             # racing its first attempt) gets here; a retry finds what the winner stored.
@@ -176,14 +187,14 @@ class Database:
         except DBAPIError as exc:
             raise self._translate(exc) from exc
 
-    def _timed_read(self, conn: Connection, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    def _timed_read(self, conn: Connection, fn: Callable[[Connection], T]) -> T:
         raw = conn.connection.dbapi_connection if self.dialect == "sqlite" else None
         if not isinstance(raw, sqlite3.Connection):
-            return fn(conn, *args)  # PostgreSQL: statement_timeout, set at connect
+            return fn(conn)  # PostgreSQL: statement_timeout, set at connect
         deadline = time.monotonic() + self.query_timeout
         raw.set_progress_handler(lambda: time.monotonic() > deadline, _PROGRESS_OPS)
         try:
-            return fn(conn, *args)
+            return fn(conn)
         finally:
             raw.set_progress_handler(None, 0)
 
@@ -268,3 +279,10 @@ class Database:
 
 def _query_timeout() -> ApiError:
     return overloaded("the query took too long and was stopped", code="query_timeout")
+
+
+def _bind(
+    fn: Callable[Concatenate[Connection, P], T], args: Any, kwargs: Any
+) -> Callable[[Connection], T]:
+    """`fn` with its arguments after the connection bound (checked at the door's signature)."""
+    return lambda conn: fn(conn, *args, **kwargs)

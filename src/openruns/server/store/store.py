@@ -20,7 +20,8 @@ whole upload back). Either way nothing is stored twice.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Connection
 
@@ -45,6 +46,9 @@ from .receipts import get_receipt, put_receipt
 from .sql import lock_run
 
 __all__ = ["Store"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class Store:
@@ -74,6 +78,21 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+
+    # -- the door ---------------------------------------------------------------------------
+    # `await store.read(module.fn, *args)`: one SQL function of this package in one
+    # transaction, its arguments checked against `fn` itself. New code calls SQL this way;
+    # the methods below remain where they sequence several functions or add a rule.
+
+    async def read(
+        self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        return await self.db.read(fn, *args, **kwargs)
+
+    async def write(
+        self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        return await self.db.write(fn, *args, **kwargs)
 
     # -- runs -------------------------------------------------------------------------------
 
