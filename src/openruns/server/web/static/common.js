@@ -37,12 +37,13 @@ async function failure(response) {
 
 // GET a JSON (or text) resource. `path` is under /api/v1 unless it starts with "/ui/".
 // A 401 sends the page to /signin; other errors throw ApiError with the server's message.
-export async function api(path, params = {}, { text = false } = {}) {
+// `read` (a View's read) cancels the request when a newer read of its view begins.
+export async function api(path, params = {}, { text = false, read = null } = {}) {
   const url = new URL(path.startsWith("/ui/") ? path : API + path, location.origin);
   for (const [name, value] of Object.entries(params)) {
     if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, value);
   }
-  const response = await fetch(url);
+  const response = await fetch(url, { signal: read?.signal });
   if (!response.ok) throw await failure(response);
   if (response.status === 204) return null;
   return text ? response.text() : response.json();
@@ -58,6 +59,36 @@ export async function apiSend(method, path, body) {
   const response = await fetch(new URL(API + path, location.origin), init);
   if (!response.ok) throw await failure(response);
   return response.status === 204 ? null : response.json();
+}
+
+// The newest read of a view wins (issue 24). A filter change, a poll and a slider move each
+// read what a view shows, and answers come back in any order: a slow read for "all kinds"
+// that lands after the one for "eval" must not draw over it. `view.begin()` starts a read and
+// abandons every read of the view before it: their requests are cancelled (api() rejects
+// with an AbortError, which showError and poll ignore). `view.join()` is a read that
+// abandons nothing (a live poll adding to what is shown) and is abandoned all the same.
+// `read.current()` is false once a newer read began: checked before drawing an answer that
+// waited on something more (Plotly's bundle, a second request).
+export class View {
+  constructor() {
+    this.controller = new AbortController();
+  }
+
+  begin() {
+    this.controller.abort();
+    this.controller = new AbortController();
+    return this.join();
+  }
+
+  join() {
+    const controller = this.controller;
+    return { signal: controller.signal, current: () => controller === this.controller };
+  }
+}
+
+// A read given up because a newer one began: not an error to show.
+export function isAbandoned(error) {
+  return error instanceof DOMException && error.name === "AbortError";
 }
 
 export function apiUrl(path) {
@@ -93,6 +124,7 @@ export function showError(error) {
   const banner = document.getElementById("error");
   if (!banner) return;
   if (error instanceof ApiError && error.status === 401) return; // on its way to /signin
+  if (isAbandoned(error)) return; // a newer read of the same view took its place
   banner.textContent = error instanceof Error ? error.message : String(error);
   banner.hidden = false;
 }
@@ -119,7 +151,7 @@ export function poll(tick, ms) {
       if ((await tick()) === false) stopped = true;
       else clearError();
     } catch (error) {
-      showError(error);
+      showError(error); // (silent for a read abandoned to a newer one: polling goes on)
       // Not signed in (on the way to /signin), or nothing there: asking again will not help.
       if (error instanceof ApiError && [401, 403, 404].includes(error.status)) stopped = true;
     }

@@ -5,7 +5,7 @@
 // the points past the last step drawn, per running run, every POLL_MS.
 
 import {
-  api, h, poll, runLabel, runTitle, showError, statusBadge, timeCell,
+  api, h, poll, runLabel, runTitle, showError, statusBadge, timeCell, View,
 } from "./common.js";
 import { COLORS, ChartGrid, runColors, settingsBar } from "./charts.js";
 
@@ -54,18 +54,21 @@ async function rebuild() {
   if (!state.runs.length) return;
   const palette = colors();
   state.grid = new ChartGrid(root, state.runs.map((run) => ({ runId: run.id, label: runLabel(run), color: palette.get(run.id), kind: run.kind, start: run.created_at })));
+  const grid = state.grid;
   const steps = await Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/steps`)));
+  if (grid !== state.grid) return; // rebuilt meanwhile, for other runs
   if (steps.some((rows) => rows.some((row) => row.step !== null && row.avg_reward !== null))) state.grid.addBands();
   await refresh();
 }
 
 // Keys of every chosen run; new points of the running ones.
 async function refresh() {
-  const grid = state.grid;
+  const { grid, runs } = state;
   if (!grid) return;
-  const perRun = await Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/metrics/keys`)));
-  state.runs.forEach((run, i) => grid.setKeys(perRun[i], run.id));
-  await Promise.all(state.runs.map(async (run, i) => {
+  const perRun = await Promise.all(runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/metrics/keys`)));
+  if (grid !== state.grid) return; // rebuilt meanwhile, for other runs
+  runs.forEach((run, i) => grid.setKeys(perRun[i], run.id));
+  await Promise.all(runs.map(async (run, i) => {
     const fresh = perRun[i].filter((row) => grid.isLoaded(row.key) && row.last_step > grid.lastStep(row.key, run.id));
     if (!fresh.length) return;
     const after = Math.min(...fresh.map((row) => grid.lastStep(row.key, run.id))) + 1;
@@ -88,8 +91,12 @@ function remove(id) {
   rebuild().catch(showError);
 }
 
+// The runs offered are the newest search's (issue 24: an answer for what was typed before
+// never replaces it).
+const pickView = new View();
+
 async function search() {
-  const body = await api("/runs", { name: el("pick-name").value.trim(), limit: 10 });
+  const body = await api("/runs", { name: el("pick-name").value.trim(), limit: 10 }, { read: pickView.begin() });
   const chosen = new Set(state.runs.map((r) => r.id));
   el("pick-results").replaceChildren(...body.items.filter((run) => !chosen.has(run.id)).map((run) => h("li", {},
     h("button", { type: "button", onclick: () => add(run.id).then(search).catch(showError) }, `Add ${runTitle(run)}`),

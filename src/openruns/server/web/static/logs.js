@@ -1,10 +1,17 @@
 // The run page's Logs tab: what the run's processes printed (stdout, stderr, launched
 // components' output), newest lines first loaded, earlier pages on demand, followed live;
 // a failed or crashed run's traceback at the top (the one the SDK reported, else the last
-// Python traceback found in the output). Lines come from GET /runs/{id}/logs in arrival order;
-// where the server dropped the middle of a long output, a marker says how much.
+// Python traceback found in the output). Lines come from GET /runs/{id}/logs in arrival order
+// (their offsets page them) and are shown in the order they were printed: `openruns launch`
+// reads its components' log files in turns, so lines of two components arrive batch by batch
+// (issue 24). Where the server dropped the middle of a long output, a marker says how much.
+// The lines shown are the newest read of them (common.js View): a read for the filters before
+// never lands over the one for the filters now.
 
-import { api, fill, formatNumber, formatTime, h } from "./common.js";
+import { api, fill, formatNumber, formatTime, h, isAbandoned, View } from "./common.js";
+
+// Printing order: time, then arrival (offset) among lines of the same time.
+const printed = (a, b) => a.ts - b.ts || a.offset - b.offset;
 
 const PAGE = 1000;
 const SCAN_LINES = 3000; // lines searched for a traceback when the SDK reported none
@@ -31,8 +38,9 @@ export class LogsView {
   constructor(base) {
     this.base = base;
     this.el = (id) => document.getElementById(id);
-    this.items = [];
+    this.items = []; // in arrival (offset) order: the cursors of the next reads
     this.totals = null;
+    this.view = new View();
     this.sources = new Set();
     this.started = false;
     this.ready = false; // the first page is in: live reads may follow it
@@ -50,28 +58,34 @@ export class LogsView {
       this.el(id).addEventListener("change", () => this.reload().catch((e) => this.fail(e)));
     }
     this.el("log-older").addEventListener("click", () => this.older().catch((e) => this.fail(e)));
-    await Promise.all([this.reload(), this.showTraceback(run)]);
-    this.ready = true;
+    // (The first lines given up for a filter changed meanwhile: that change's read shows them.)
+    await Promise.all([this.reload().catch((e) => this.fail(e)), this.showTraceback(run)]);
   }
 
   fail(error) {
+    if (isAbandoned(error)) return; // a newer read took its place
     this.el("log-status").textContent = `could not read the logs: ${error.message}`;
   }
 
   async reload() {
-    const page = await api(`${this.base}/logs`, { ...this.filters(), tail: "true", limit: PAGE });
+    const read = this.view.begin();
+    const page = await api(`${this.base}/logs`, { ...this.filters(), tail: "true", limit: PAGE }, { read });
     this.items = page.items;
     this.totals = page.totals;
     this.more = page.items.length === PAGE;
     this.render();
     this.el("log-lines").scrollTop = this.el("log-lines").scrollHeight;
+    this.ready = true;
   }
 
   async older() {
     if (!this.items.length) return;
+    const read = this.view.join();
+    const items = this.items;
     const page = await api(`${this.base}/logs`, {
-      ...this.filters(), tail: "true", limit: PAGE, before: this.items[0].offset,
-    });
+      ...this.filters(), tail: "true", limit: PAGE, before: items[0].offset,
+    }, { read });
+    if (!read.current() || items !== this.items) return; // read again meanwhile
     this.items = [...page.items, ...this.items];
     this.totals = page.totals;
     this.more = page.items.length === PAGE;
@@ -84,14 +98,23 @@ export class LogsView {
   // Lines that arrived since the last one shown (a live run).
   async poll() {
     if (!this.ready) return;
-    const after = this.items.length ? this.items[this.items.length - 1].offset : undefined;
-    const page = await api(`${this.base}/logs`, { ...this.filters(), after, limit: PAGE });
+    const read = this.view.join();
+    const items = this.items;
+    const after = items.length ? items[items.length - 1].offset : undefined;
+    const page = await api(`${this.base}/logs`, { ...this.filters(), after, limit: PAGE }, { read });
+    if (!read.current() || items !== this.items) return; // read again meanwhile
     this.totals = page.totals;
     if (!page.items.length) return this.renderStatus();
     const box = this.el("log-lines");
     const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
+    const shown = box.querySelectorAll(".log-line");
+    const lastShown = shown.length ? this.items.find((i) => i.offset === Number(shown[shown.length - 1].dataset.offset)) : null;
     this.items.push(...page.items);
-    box.append(...page.items.map((item) => this.lineOf(item)));
+    const fresh = [...page.items].sort(printed);
+    if (!lastShown || printed(lastShown, fresh[0]) <= 0) {
+      box.querySelector(":scope > p.log-gap")?.remove(); // "Nothing printed yet."
+      box.append(...fresh.map((item) => this.lineOf(item)));
+    } else this.render(); // a line printed before the last one shown: in its place
     this.renderStatus();
     if (atBottom && this.el("log-follow").checked) box.scrollTop = box.scrollHeight;
   }
@@ -109,11 +132,13 @@ export class LogsView {
 
   render() {
     const gap = this.totals?.gap_offset;
+    // The gap lies between the lines held on both sides of it (with no earlier page to load).
+    const gapHeld = gap !== null && gap !== undefined && this.items.some((i) => i.offset > gap)
+      && (!this.more || this.items.some((i) => i.offset < gap));
     const out = [];
     let gapShown = false;
-    for (const [i, item] of this.items.entries()) {
-      const before = i ? this.items[i - 1].offset : -1;
-      if (gap !== null && gap !== undefined && !gapShown && before < gap && item.offset > gap && (i > 0 || !this.more)) {
+    for (const item of [...this.items].sort(printed)) {
+      if (gapHeld && !gapShown && item.offset > gap) {
         out.push(this.gapMarker());
         gapShown = true;
       }

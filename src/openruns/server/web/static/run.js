@@ -13,7 +13,7 @@
 
 import {
   api, apiSend, fill, apiUrl, downloadLink, formatDuration, formatNumber, formatTime, h, linkRow, navigableRows,
-  pathParts, poll, runDuration, runLabel, runTitle, showError, statusBadge, timeCell, envName,
+  pathParts, poll, runDuration, runLabel, runTitle, showError, statusBadge, timeCell, envName, View,
 } from "./common.js";
 import { ChartGrid, chartId, runColors, settingsBar } from "./charts.js";
 import { LogsView } from "./logs.js";
@@ -181,11 +181,13 @@ function selectStep(step) {
   stepTimer = setTimeout(() => describeStep(step).catch(showError), 120);
 }
 
-// What the slider's step holds: its episodes (a link) and every metric's value there.
+// What the slider's step holds: its episodes (a link) and every metric's value there; of the
+// step chosen last (an answer for a step passed on the way never lands after it, issue 24).
+const stepInfoView = new View();
 async function describeStep(step) {
   const info = document.getElementById("step-info");
   const episodes = state.steps.get(step);
-  const values = await api(`${base}/metrics`, { step_min: step, step_max: step, max_points: 0 });
+  const values = await api(`${base}/metrics`, { step_min: step, step_max: step, max_points: 0 }, { read: stepInfoView.begin() });
   const shown = Object.entries(values.series)
     .filter(([, s]) => s.step.length)
     .map(([key, s]) => h("span", { class: "value" }, h("span", { class: "muted" }, key), " ", formatNumber(s.value[0])));
@@ -211,7 +213,7 @@ function setUpSlider() {
     document.getElementById(id).addEventListener("change", () => {
       state.steps.clear();
       renderSteps();
-      pollSteps().catch(showError);
+      pollSteps(stepsView.begin()).catch(showError);
     });
   }
 }
@@ -300,12 +302,13 @@ function stepsSearch() {
 
 // Steps from a few before the last one held on: with asynchronous RL, episodes are indexed at
 // the step they were dispatched at and can land a few steps late (and are trained later).
-async function pollSteps() {
+// A change of the table's meaning or kind begins a read (the poll's joins): an answer for
+// the choice before never lands in the table.
+const stepsView = new View();
+async function pollSteps(read = stepsView.join()) {
   const held = [...state.steps.keys()].filter((s) => s !== null);
   const from = held.length ? Math.max(...held) - LATE_STEPS : undefined;
-  const query = stepsQuery();
-  const rows = await api(`${base}/steps`, { step_min: from, ...query });
-  if (JSON.stringify(query) !== JSON.stringify(stepsQuery())) return; // changed meanwhile
+  const rows = await api(`${base}/steps`, { step_min: from, ...stepsQuery() }, { read });
   let changed = false;
   for (const row of rows) {
     const before = state.steps.get(row.step);

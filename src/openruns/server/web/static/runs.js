@@ -8,7 +8,7 @@
 
 import {
   api, formatDuration, formatNumber, h, linkRow, navigableRows, numericLeaves, poll, prefs,
-  runDuration, showError, statusBadge, timeCell,
+  runDuration, showError, statusBadge, timeCell, View,
 } from "./common.js";
 
 const PAGE = 50;
@@ -194,9 +194,13 @@ function saveColumns(changes) {
   render();
 }
 
-async function loadPage() {
+// The table shows the newest read of the page (a filter or page change begins one, a poll
+// joins): a poll's answer for the filters before cannot replace it (issue 24).
+const pageView = new View();
+
+async function loadPage(read = pageView.begin()) {
   const cursor = state.cursors[state.cursors.length - 1];
-  const body = await api("/runs", { ...filters(), limit: PAGE, cursor });
+  const body = await api("/runs", { ...filters(), limit: PAGE, cursor }, { read });
   state.runs = body.items;
   state.next = body.next_cursor;
   if (!document.getElementById("columns").contains(document.activeElement)) render();
@@ -261,7 +265,7 @@ function setUp() {
     location.href = `/compare?runs=${[...state.selected].map(encodeURIComponent).join(",")}`;
   });
   navigableRows(tbody);
-  poll(loadPage, POLL_MS);
+  poll(() => loadPage(pageView.join()), POLL_MS);
 }
 
 setUp();

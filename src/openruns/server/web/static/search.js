@@ -4,7 +4,7 @@
 // the matches marked. The query lives in the URL, so a search can be shared.
 
 import {
-  api, envName, fill, formatNumber, h, marked, okBadge, pathParts, runTitle, showError,
+  api, envName, fill, formatNumber, h, marked, okBadge, pathParts, runTitle, showError, View,
 } from "./common.js";
 
 const PAGE = 20;
@@ -52,11 +52,16 @@ function hit(item) {
     item.snippets.map((s) => h("p", { class: "snippet" }, h("span", { class: "badge" }, s.label), " ", marked(s.text, s.matches))));
 }
 
+// The hits shown are the newest search's (a search begins a read, "more" joins it): a slow
+// answer to the search before never lands over this one (issue 24).
+const hitsView = new View();
+
 async function run(more = false) {
   const params = query();
   if (!params.q) return;
   if (!more) history.replaceState(null, "", `?${new URLSearchParams(params)}`);
-  const body = await api(`${base}/search`, { ...params, limit: PAGE, cursor: more ? state.cursor : null });
+  const read = more ? hitsView.join() : hitsView.begin();
+  const body = await api(`${base}/search`, { ...params, limit: PAGE, cursor: more ? state.cursor : null }, { read });
   if (!more) {
     el("hits").replaceChildren();
     state.shown = 0;

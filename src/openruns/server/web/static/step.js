@@ -7,8 +7,8 @@
 // first page and the histogram again (one step, not a history).
 
 import {
-  api, envName, formatDuration, formatNumber, h, linkRow, navigableRows, okBadge, pathParts,
-  poll, prefs, runTitle, showError,
+  api, envName, formatDuration, isAbandoned, formatNumber, h, linkRow, navigableRows, okBadge, pathParts,
+  poll, prefs, runTitle, showError, View,
 } from "./common.js";
 import { loadPlotly } from "./charts.js";
 
@@ -166,12 +166,19 @@ function render() {
   el("step-stats").textContent = parts.join(" · ");
 }
 
+// What the page shows comes from four views, each drawn from the newest read of it only
+// (common.js View, issue 24): the rows with the step's totals, the histogram, and the
+// neighbouring steps. A filter change begins a read of each it touches; a poll joins.
+const rowsView = new View();
+const histogramView = new View();
+const neighboursView = new View();
+
 // Previews of the rows that have none yet, in batches; the table is usable before they come.
-async function loadPreviews() {
+async function loadPreviews(read) {
   const missing = state.rows.map((r) => r.id).filter((id) => !state.previews.has(id));
   for (let i = 0; i < missing.length; i += PREVIEW_BATCH) {
     const ids = missing.slice(i, i + PREVIEW_BATCH);
-    const body = await api(`${base}/previews`, { ids: ids.join(",") });
+    const body = await api(`${base}/previews`, { ids: ids.join(",") }, { read });
     for (const id of ids) state.previews.set(id, body[id] || {});
     for (const tr of tbody.rows) {
       const item = state.rows.find((r) => r.id === tr.dataset.id);
@@ -182,36 +189,47 @@ async function loadPreviews() {
   tbody.dataset.previews = "loaded";
 }
 
-// The first `limit` rows again (after a filter change, or when the step gained records).
+// The first `limit` rows and the step's totals again (after a filter change, or when the step
+// gained records: the poll hands over the totals it read), drawn together.
 let previewsDrawn = null;
-async function reload(limit = PAGE) {
-  const page = await api(`${base}/episodes`, { ...filters(), limit: Math.min(limit, 1000) });
+async function reload(limit = PAGE, total = null) {
+  const read = rowsView.begin();
+  const [page, stepTotal] = await Promise.all([
+    api(`${base}/episodes`, { ...filters(), limit: Math.min(limit, 1000) }, { read }),
+    total ?? stepRow(read),
+  ]);
+  state.total = stepTotal;
   state.rows = page.items;
   state.cursor = page.next_cursor;
   for (const item of page.items) noteRow(item);
   render();
-  previewsDrawn = loadPreviews().catch(showError);
+  previewsDrawn = loadPreviews(read).catch(showError);
 }
 
 async function loadMore() {
   if (!state.cursor) return;
-  const page = await api(`${base}/episodes`, { ...filters(), limit: PAGE, cursor: state.cursor });
+  const read = rowsView.join();
+  const rows = state.rows;
+  const page = await api(`${base}/episodes`, { ...filters(), limit: PAGE, cursor: state.cursor }, { read });
+  if (!read.current() || rows !== state.rows) return; // the rows were read again meanwhile
   state.rows.push(...page.items);
   state.cursor = page.next_cursor;
   for (const item of page.items) noteRow(item);
   render();
-  loadPreviews().catch(showError);
+  loadPreviews(read).catch(showError);
 }
 
-async function stepRow() {
-  const rows = await api(`${base}/steps`, { ...stepQuery(), step_min: step });
+async function stepRow(read) {
+  const rows = await api(`${base}/steps`, { ...stepQuery(), step_min: step }, { read });
   return rows.find((r) => r.step === step) || { count: 0, avg_reward: null, off_policy: 0 };
 }
 
 // The distribution of the step's rewards (all its records, not just the rows shown).
 async function drawHistogram() {
-  const body = await api(`${base}/rewards`, { step, ...stepQuery() });
+  const read = histogramView.begin();
+  const body = await api(`${base}/rewards`, { step, ...stepQuery() }, { read });
   await loadPlotly();
+  if (!read.current()) return; // a newer read began while the bundle loaded
   const figure = el("histogram");
   const values = body.values;
   const caption = [`${formatNumber(values.length)} rewards`];
@@ -245,7 +263,7 @@ function neighbourSteps(rows) {
 }
 
 async function linkSteps() {
-  neighbourSteps(await api(`${base}/steps`, stepQuery()));
+  neighbourSteps(await api(`${base}/steps`, stepQuery(), { read: neighboursView.begin() }));
 }
 
 // Two ticked rows, or one with the episode pinned on its page, open side by side.
@@ -264,24 +282,13 @@ function updatePair() {
 
 async function setUp() {
   readUrl();
-  const [run, all] = await Promise.all([api(base), api(`${base}/steps`, stepQuery())]);
-  document.title = `Step ${step} · ${runTitle(run)} · openruns`;
-  el("run-link").textContent = runTitle(run);
-  el("run-link").href = base;
-  el("step-label").textContent = `step ${step}`;
-  el("step-title").textContent = `${runTitle(run)}: step ${step}`;
-  el("search-link").href = `${base}/search?step_min=${step}&step_max=${step}`;
-  for (const env of run.environments || []) addEnv(envName(env));
-  neighbourSteps(all);
-  state.total = all.find((r) => r.step === step) || { count: 0, avg_reward: null, off_policy: 0 };
-  await reload();
-  // The histogram after the table and its previews: Plotly's bundle is loaded for it only now.
-  previewsDrawn.then(() => drawHistogram()).catch(showError);
+  // The filters work from the first moment: a change while the first rows are on their way
+  // begins newer reads, and the first ones are given up.
   for (const id of ["f-by", "f-kind", "f-subset", "f-sort", "f-env", "f-ok", "f-stream"]) {
     el(id).addEventListener("change", () => {
       writeUrl();
       state.seenIds.clear();
-      Promise.all([stepRow().then((t) => { state.total = t; }), reload()]).catch(showError);
+      reload().catch(showError);
       if (["f-by", "f-kind", "f-subset", "f-stream"].includes(id)) {
         drawHistogram().catch(showError);
         linkSteps().catch(showError);
@@ -294,11 +301,23 @@ async function setUp() {
   });
   updatePair();
   navigableRows(tbody);
+  const run = await api(base);
+  document.title = `Step ${step} · ${runTitle(run)} · openruns`;
+  el("run-link").textContent = runTitle(run);
+  el("run-link").href = base;
+  el("step-label").textContent = `step ${step}`;
+  el("step-title").textContent = `${runTitle(run)}: step ${step}`;
+  el("search-link").href = `${base}/search?step_min=${step}&step_max=${step}`;
+  for (const env of run.environments || []) addEnv(envName(env));
+  linkSteps().catch(showError);
+  // (Given up for a filter changed meanwhile: that change's reads draw the page.)
+  await reload().catch((error) => { if (!isAbandoned(error)) throw error; });
+  // The histogram after the table and its previews: Plotly's bundle is loaded for it only now.
+  (previewsDrawn ?? Promise.resolve()).then(() => drawHistogram()).catch(showError);
   poll(async () => {
-    const total = await stepRow();
-    if (total.count !== state.total.count) {
-      state.total = total;
-      await Promise.all([reload(Math.max(PAGE, state.rows.length)), drawHistogram()]);
+    const total = await stepRow(rowsView.join());
+    if (total.count !== state.total?.count) {
+      await Promise.all([reload(Math.max(PAGE, state.rows.length), total), drawHistogram()]);
     }
     const fresh = await api(base);
     return fresh.status === "running" || Date.now() / 1000 - (fresh.finished_at || 0) < AFTER_FINISH_S;
