@@ -145,12 +145,14 @@ def test_rows_without_a_step_are_charted_by_wall_time_apart_from_steps(page, see
         "data-key", "eval/reward"
     )
     expect(page.locator('[data-section="train"] figure.chart[data-key^="eval/"]')).to_have_count(0)
-    # System metrics in a section of their own, by kind, by wall time.
+    # System metrics in a section of their own, by kind, by wall time, collapsed until opened.
     system = page.locator('[data-section="system"]')
     expect(system.locator(".group h4")).to_have_text(["cpu", "memory"])
+    system.locator("summary.section-summary").click()
     expect(system.locator('figure.chart[data-key="system/cpu/percent"]')).to_have_attribute(
         "data-points", str(TIMED_ROWS)
     )
+    system.locator("summary.section-summary").click()  # closed again: the browser keeps it
     # Time since start: the same rows in seconds from the run's start.
     page.select_option("#x-axis", "relative")
     page.wait_for_function(

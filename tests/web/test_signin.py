@@ -128,7 +128,7 @@ def test_signing_in_holds_a_session_never_the_key(browser, auth_server):
 
         # Another team's run is not there, on a page or as a download.
         page.goto(f"/runs/{blue_run}")
-        expect(page.locator("#error")).to_contain_text("no run")
+        expect(page.locator(".missing h1")).to_have_text(f"No run {blue_run}")
         export = page.request.get(f"/api/v1/runs/{blue_run}/export/episodes.ndjson")
         assert export.status == 404
 

@@ -31,6 +31,7 @@ from .security import install_security
 from .state import ServerState
 from .strict_json import RejectNonFinite
 from .web import router as web_router
+from .web.pages import not_found_page
 
 __all__ = ["create_app"]
 
@@ -74,7 +75,7 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
         redirect_slashes=False,
         lifespan=lifespan,
     )
-    install_handlers(app)
+    install_handlers(app, not_found_page)
     app.add_middleware(RejectNonFinite)  # inside BodyLimit: it reads capped bodies
     app.add_middleware(
         BodyLimit,

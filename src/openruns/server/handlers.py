@@ -8,7 +8,7 @@ is logged as such in one line, not as an error.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -101,9 +101,19 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return error_response(500, "internal_error", "internal server error (logged on the server)")
 
 
-def install_handlers(app: FastAPI) -> None:
+def install_handlers(
+    app: FastAPI, not_found_page: Callable[[Request], Response | None] | None = None
+) -> None:
+    """`not_found_page(request)`: the answer to a 404 of no route when it is not the JSON error
+    (the dashboard's HTML page for a browser), or None for the JSON error."""
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        page = not_found_page(request) if exc.status_code == 404 and not_found_page else None
+        return page if page is not None else await _http_error(request, exc)
+
     app.add_exception_handler(ApiError, _api_error)
-    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(ClientDisconnect, _client_disconnected)
     app.add_exception_handler(Exception, _internal_error)

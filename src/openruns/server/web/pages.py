@@ -12,6 +12,9 @@ data of its own and shows no more than the API would to the same caller:
     /compare/episodes?run_a=&a=&...    two records side by side
     /signin?next=/path                 paste an API key once (auth on): a session cookie
 
+Any other address a browser asks for (Accept: text/html) answers an HTML 404 page,
+`not_found_page`; the API's (/api/...) stay JSON (issue 24).
+
 Path parameters are never written into the HTML: the scripts read them from the location.
 """
 
@@ -21,12 +24,12 @@ from functools import cache
 from importlib import resources
 from string import Template
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse
 
 from .assets import PLOTLY_CSS_URL, PLOTLY_URL, plotly_self_styled_ids
 
-__all__ = ["router"]
+__all__ = ["not_found_page", "router"]
 
 router = APIRouter(include_in_schema=False)
 
@@ -41,7 +44,9 @@ _PAGES = {
     "compare": ("Compare runs", "now"),
     "pair": ("Side by side", None),
     "signin": ("Sign in", None),
+    "notfound": ("Not found", None),
 }
+_SCRIPTLESS = {"notfound"}
 
 
 def _template(name: str) -> str:
@@ -67,14 +72,26 @@ def render(page: str) -> str:
         scripts += f'<script async id="plotly" src="{PLOTLY_URL}"></script>\n'
     elif charts == "later":
         scripts += f'<meta name="plotly" content="{PLOTLY_URL}">\n'
-    scripts += f'<script type="module" src="/static/{page}.js"></script>'
+    if page not in _SCRIPTLESS:
+        scripts += f'<script type="module" src="/static/{page}.js"></script>'
     return Template(_template("base.html")).substitute(
         title=title, page=page, body=_template(f"{page}.html"), scripts=scripts
     )
 
 
-def _page(page: str) -> HTMLResponse:
-    return HTMLResponse(render(page), headers={"Cache-Control": "no-cache"})
+def _page(page: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(render(page), status, headers={"Cache-Control": "no-cache"})
+
+
+def not_found_page(request: Request) -> HTMLResponse | None:
+    """The 404 of an address that is no page, for a browser: an HTML page with the way back.
+    None for the API (/api/...) and for a client that does not ask for HTML: they get the
+    JSON error."""
+    if request.url.path.startswith("/api/"):
+        return None
+    if "text/html" not in request.headers.get("accept", ""):
+        return None
+    return _page("notfound", 404)
 
 
 @router.get("/")

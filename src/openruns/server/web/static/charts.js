@@ -21,6 +21,7 @@
 // the episodes' rewards per step.
 
 import { api, formatTime, h, prefs } from "./common.js";
+import { ValueTable } from "./values.js";
 
 export const COLORS = [
   "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
@@ -53,6 +54,7 @@ const ZOOM_DEBOUNCE_MS = 150;
 const KEYS_PER_READ = 8; // metric keys asked for in one request while the grid loads
 const READS_IN_FLIGHT = 2;
 const TIMELINE_POINTS = 400;
+const SYSTEM_OPEN = "charts.systemOpen"; // the system section's open state, kept in this browser
 
 // -- colours --------------------------------------------------------------------------------
 
@@ -693,6 +695,8 @@ export class ChartGrid {
     this.charts = new Map(); // chart id -> SeriesChart or TimeChart
     this.counts = new Map(); // chart id -> Map(runId -> points stored)
     this.queue = []; // chart ids whose charts wait for their first read
+    this.deferred = []; // ... and those in a closed section, until it is opened
+    this.values = new ValueTable(this.sources);
     this.reading = 0;
     this.marker = null;
     this.bands = null;
@@ -707,15 +711,22 @@ export class ChartGrid {
   }
 
   // Add a chart for each (key, axis) not seen yet, in its section and group, in name order,
-  // and read it. rows: [{key, axis, count}] of one run (`runId`), as /metrics/keys gives them.
+  // and read it. rows: [{key, axis, count, last_step, last_value}] of one run (`runId`), as
+  // /metrics/keys gives them. A step key with at most one point in every run is a value in
+  // its section's table, not a chart of a lone dot (issue 24), until a second point comes.
   setKeys(rows, runId = this.sources[0].runId) {
     const fresh = [];
-    for (const { key, axis, count } of [...rows].sort((a, b) => (a.key < b.key ? -1 : 1))) {
+    for (const { key, axis, count, last_step: step, last_value: value } of [...rows].sort((a, b) => (a.key < b.key ? -1 : 1))) {
       const id = chartId(key, axis);
       if (!this.counts.has(id)) this.counts.set(id, new Map());
       this.counts.get(id).set(runId, count);
       if (this.charts.has(id)) continue;
       const [section, group] = placeOf(key, axis);
+      if (axis !== "time" && [...this.counts.get(id).values()].every((n) => n <= 1)) {
+        this.values.set(this.part(section), key, runId, { step, value });
+        continue;
+      }
+      this.values.drop(key);
       const box = this.figure(this.group(section, group), key, axis);
       const Chart = axis === "time" ? TimeChart : SeriesChart;
       const chart = new Chart(box, key, this.sources, { onStep: this.onStep });
@@ -760,7 +771,13 @@ export class ChartGrid {
   // Read queued charts, KEYS_PER_READ keys per request per run, READS_IN_FLIGHT at a time;
   // each chart draws as soon as its data is in, one at a time, letting the page breathe.
   // The charts in view (or nearest to it, where the reader has scrolled by then) go first.
+  // Charts of a closed section (system, collapsed by default) wait until it is opened.
   pump() {
+    const closed = this.queue.filter((id) => this.charts.get(id).container.closest("details.chart-section:not([open])"));
+    if (closed.length) {
+      this.deferred.push(...closed);
+      this.queue = this.queue.filter((id) => !closed.includes(id));
+    }
     if (this.reading < READS_IN_FLIGHT && this.queue.length > 1) this.queue = this.nearestFirst(this.queue);
     while (this.reading < READS_IN_FLIGHT && this.queue.length) {
       const ids = this.queue.splice(0, KEYS_PER_READ);
@@ -811,16 +828,33 @@ export class ChartGrid {
     }
   }
 
-  // The section's element (created in page order), then the group's chart container.
-  group(section, name, first = false) {
+  // A section's element, created in page order. The system section is collapsed until the
+  // reader opens it (its charts made a run page 7,000 px tall, issue 24); the choice is kept.
+  part(section) {
     let part = this.root.querySelector(`:scope > [data-section="${section}"]`);
-    if (!part) {
-      part = h("section", { class: "chart-section", dataset: { section }, "aria-label": SECTIONS[section] },
-        h("h3", { class: "section-title" }, SECTIONS[section]));
-      const order = Object.keys(SECTIONS);
-      const later = [...this.root.children].find((el) => order.indexOf(el.dataset.section) > order.indexOf(section));
-      this.root.insertBefore(part, later || null);
+    if (part) return part;
+    const title = h("h3", { class: "section-title" }, SECTIONS[section]);
+    if (section === "system") {
+      part = h("details", { class: "chart-section", dataset: { section }, "aria-label": SECTIONS[section], open: prefs.get(SYSTEM_OPEN, false) },
+        h("summary", { class: "section-summary" }, title));
+      part.addEventListener("toggle", () => {
+        prefs.set(SYSTEM_OPEN, part.open);
+        if (!part.open) return;
+        this.queue.push(...this.deferred.splice(0));
+        this.pump();
+      });
+    } else {
+      part = h("section", { class: "chart-section", dataset: { section }, "aria-label": SECTIONS[section] }, title);
     }
+    const order = Object.keys(SECTIONS);
+    const later = [...this.root.children].find((el) => order.indexOf(el.dataset.section) > order.indexOf(section));
+    this.root.insertBefore(part, later || null);
+    return part;
+  }
+
+  // The group's chart container in its section.
+  group(section, name, first = false) {
+    const part = this.part(section);
     const id = `group-${slug(`${section}-${name}`)}`;
     let group = part.querySelector(`#${id}`);
     if (!group) {

@@ -129,6 +129,19 @@ export function showError(error) {
   banner.hidden = false;
 }
 
+// The page's subject is not there (the API answered 404 for it): a page that says so, in
+// place of an empty page under the banner (issue 24). True when `error` was that 404.
+export function showMissing(error, heading) {
+  if (!(error instanceof ApiError && error.status === 404)) return false;
+  document.title = `${heading} · openruns`;
+  fill(document.getElementById("main"), h("section", { class: "missing", role: "alert" },
+    h("h1", {}, heading),
+    h("p", {}, `${error.message.charAt(0).toUpperCase()}${error.message.slice(1)}: it was never created on this server, or it belongs to a team this browser is not signed in to.`),
+    h("p", {}, h("a", { href: "/" }, "All runs"))));
+  clearError();
+  return true;
+}
+
 function clearError() {
   const banner = document.getElementById("error");
   if (banner) banner.hidden = true;

@@ -57,7 +57,7 @@ async function rebuild() {
   const grid = state.grid;
   const steps = await Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/steps`)));
   if (grid !== state.grid) return; // rebuilt meanwhile, for other runs
-  if (steps.some((rows) => rows.some((row) => row.step !== null && row.avg_reward !== null))) state.grid.addBands();
+  if (steps.some((rows) => rows.filter((row) => row.step !== null && row.avg_reward !== null).length > 1)) state.grid.addBands();
   await refresh();
 }
 

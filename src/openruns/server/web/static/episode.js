@@ -4,7 +4,9 @@
 // the order and filters of the step page that led here), the annotations other producers
 // (a trainer) logged about it, by producer, and a pin for the side-by-side view.
 
-import { api, fill, formatNumber, formatTime, h, pathParts, prefs, runTitle, showError } from "./common.js";
+import {
+  api, fill, formatNumber, formatTime, h, pathParts, prefs, runTitle, showError, showMissing,
+} from "./common.js";
 import { errorsList, readRecord, recordFacts, renderChat } from "./chat.js";
 import { json, jsonTree } from "./render.js";
 
@@ -185,4 +187,4 @@ async function main() {
   if (step !== null) await neighbours(step);
 }
 
-main().catch(showError);
+main().catch((error) => showMissing(error, "Not found") || showError(error));

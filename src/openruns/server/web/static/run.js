@@ -13,7 +13,7 @@
 
 import {
   api, apiSend, fill, apiUrl, downloadLink, formatDuration, formatNumber, formatTime, h, linkRow, navigableRows,
-  pathParts, poll, runDuration, runLabel, runTitle, showError, statusBadge, timeCell, envName, View,
+  pathParts, poll, runDuration, runLabel, runTitle, showError, showMissing, statusBadge, timeCell, envName, View,
 } from "./common.js";
 import { ChartGrid, chartId, runColors, settingsBar } from "./charts.js";
 import { LogsView } from "./logs.js";
@@ -34,6 +34,7 @@ const state = {
   stepsShown: STEPS_SHOWN,
   maxStep: -1,
   signature: null, // of what the header and summary were last drawn from
+  linesPrinted: null, // console lines of a run that ended in an error (read once it has)
 };
 
 const grid = new ChartGrid(
@@ -61,9 +62,7 @@ function renderHeader(run) {
     ["Last heartbeat", run.last_heartbeat_at ? timeCell(run.last_heartbeat_at) : "—"],
   ];
   const training = run.training || {};
-  if (training.max_steps) {
-    facts.push(["Progress", `step ${Math.max(0, state.maxStep)} of ${training.max_steps}`]);
-  }
+  if (training.max_steps) facts.push(["Progress", progress(state.maxStep, training.max_steps)]);
   for (const [name, value] of Object.entries(training)) {
     if (name !== "max_steps") facts.push([name[0].toUpperCase() + name.slice(1).replaceAll("_", " "), String(value)]);
   }
@@ -74,12 +73,7 @@ function renderHeader(run) {
   fill(header,
     h("h1", {}, runTitle(run), " ", statusBadge(run.status), " ", h("span", { class: "badge kind" }, run.kind)),
     run.description ? h("p", { class: "description" }, run.description) : null,
-    run.error || ["failed", "crashed"].includes(run.status)
-      ? h("div", { class: "error-box", role: "alert" },
-        h("strong", {}, run.status === "crashed" ? "Crashed" : "Error"),
-        h("pre", { class: "error-text" }, run.error || "(no error message was reported)"),
-        h("a", { href: "#logs", class: "to-logs" }, "The traceback and the last lines printed →"))
-      : null,
+    endingBox(run),
     h("dl", { class: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     h("div", { class: lost ? "losses warn" : "losses", id: "losses" },
       lost
@@ -88,6 +82,33 @@ function renderHeader(run) {
           failed.map(([reason, n]) => `; ${formatNumber(n)} failed (${reason})`)]
         : "No records lost (0 dropped, 0 failed)."),
   );
+}
+
+// Steps count from 0: a run that logged steps 0..119 of max_steps 120 has done 120 of them.
+function progress(lastStep, maxSteps) {
+  const done = Math.max(0, lastStep + 1);
+  const last = lastStep >= 0 ? ` (steps 0–${formatNumber(lastStep)})` : "";
+  return `${formatNumber(done)} of ${formatNumber(maxSteps)} steps${last}`;
+}
+
+// How the run ended, when that needs saying: a failed or crashed run's error (red), with the
+// way to its traceback when it printed anything (a Prime run reports its error in its status
+// only: then the error here is all there is); a cancelled run's reason, in a neutral style:
+// cancelling is not an error (issue 24).
+function endingBox(run) {
+  if (run.status === "cancelled") {
+    return h("div", { class: "note-box cancelled", role: "status" },
+      h("strong", {}, "Cancelled"),
+      run.error ? h("pre", { class: "note-text" }, run.error) : h("p", { class: "muted" }, "No reason was given."));
+  }
+  if (!run.error && !["failed", "crashed"].includes(run.status)) return null;
+  const printed = state.linesPrinted;
+  return h("div", { class: "error-box", role: "alert" },
+    h("strong", {}, run.status === "crashed" ? "Crashed" : "Error"),
+    h("pre", { class: "error-text" }, run.error || "(no error message was reported)"),
+    printed === null ? null
+      : printed > 0 ? h("a", { href: "#logs", class: "to-logs" }, "The traceback and the last lines printed →")
+        : h("p", { class: "no-logs" }, "The run sent no console output: this error is all it reported."));
 }
 
 function renderSummary(run) {
@@ -267,7 +288,8 @@ async function pollMetrics() {
   }
   const empty = document.getElementById("charts-empty");
   empty.hidden = keys.length > 0;
-  empty.textContent = state.run?.status === "running" ? "No metrics yet." : "No metrics were logged.";
+  empty.textContent = [state.run?.status === "running" ? "No metrics yet." : "No metrics were logged.",
+    grid.bands ? "The chart below is of the episodes' rewards." : ""].join(" ");
   grid.setKeys(keys);
   const reads = [];
   if (fresh.length) {
@@ -319,7 +341,8 @@ async function pollSteps(read = stepsView.join()) {
   }
   if (changed) {
     renderSteps();
-    if ([...state.steps].some(([step, row]) => step !== null && row.avg_reward !== null)) grid.addBands();
+    // Bands from two steps on: one step's rewards are its row in the steps table (issue 24).
+    if ([...state.steps].filter(([step, row]) => step !== null && row.avg_reward !== null).length > 1) grid.addBands();
     if (bandsShown) grid.refreshBands().catch(showError);
     bandsShown = true;
   }
@@ -392,13 +415,22 @@ function setUpNotes() {
 let configShown = false;
 let timelineAt = Date.now();
 async function tick() {
-  const run = await api(base);
+  let run;
+  try {
+    run = await api(base);
+  } catch (error) {
+    if (showMissing(error, `No run ${runId}`)) return false;
+    throw error;
+  }
   const first = state.run === null;
   state.run = run;
   grid.sources[0].label = runLabel(run);
   grid.sources[0].start = run.created_at;
   grid.sources[0].kind = run.kind;
   if (first && location.hash === "#logs") showTab("logs");
+  if ((run.error || ["failed", "crashed"].includes(run.status)) && state.linesPrinted === null) {
+    state.linesPrinted = (await api(`${base}/logs`, { tail: "true", limit: 1 })).totals.lines;
+  }
   const logsOpen = !document.getElementById("panel-logs").hidden;
   await Promise.all([pollMetrics(), pollSteps(), logsOpen ? logs.poll() : null]);
   if (run.status === "running" && Date.now() - timelineAt > TIMELINE_MS) {
@@ -406,7 +438,7 @@ async function tick() {
     grid.refreshTimelines();
   }
   // Rebuilt only when something changed, so a selection in the error text survives a poll.
-  const signature = JSON.stringify([run, state.maxStep]);
+  const signature = JSON.stringify([run, state.maxStep, state.linesPrinted]);
   if (signature !== state.signature) {
     state.signature = signature;
     renderHeader(run);

@@ -4,7 +4,7 @@
 // the matches marked. The query lives in the URL, so a search can be shared.
 
 import {
-  api, envName, fill, formatNumber, h, marked, okBadge, pathParts, runTitle, showError, View,
+  api, envName, fill, formatNumber, h, marked, okBadge, pathParts, runTitle, showError, showMissing, View,
 } from "./common.js";
 
 const PAGE = 20;
@@ -97,4 +97,4 @@ async function main() {
   }
 }
 
-main().catch(showError);
+main().catch((error) => showMissing(error, `No run ${runId}`) || showError(error));

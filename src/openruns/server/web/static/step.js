@@ -8,7 +8,7 @@
 
 import {
   api, envName, formatDuration, isAbandoned, formatNumber, h, linkRow, navigableRows, okBadge, pathParts,
-  poll, prefs, runTitle, showError, View,
+  poll, prefs, runTitle, showError, showMissing, View,
 } from "./common.js";
 import { loadPlotly } from "./charts.js";
 
@@ -324,4 +324,4 @@ async function setUp() {
   }, POLL_MS);
 }
 
-setUp().catch(showError);
+setUp().catch((error) => showMissing(error, `No run ${runId}`) || showError(error));
