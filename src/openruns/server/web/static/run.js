@@ -183,7 +183,7 @@ function updateSlider() {
   const number = document.getElementById("step-number");
   const stepsWithEpisodes = [...state.steps.keys()].filter((s) => s !== null);
   const max = Math.max(state.maxStep, ...stepsWithEpisodes, -1);
-  if (max < 0 || !state.keys.size) return; // it marks charts: none, no slider
+  if (max < 1 || !state.keys.size) return; // it marks charts: none (or one step), no slider
   const follow = slider.hidden || Number(range.value) === Number(range.max);
   slider.hidden = false;
   range.max = number.max = String(max);
