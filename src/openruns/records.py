@@ -33,6 +33,7 @@ __all__ = [
     "record_step",
     "stamp_run",
     "to_mapping",
+    "trace_reward",
 ]
 
 
@@ -101,9 +102,9 @@ def index_fields(record: Mapping[str, Any], fallback_step: int | None) -> dict[s
     summary = _summary_trace(traces) if traces else None
     reward = _number(record.get("reward"))
     if reward is None and summary is not None:
-        reward = _trace_reward(summary)
+        reward = trace_reward(summary)
     elif reward is None and traces is None:
-        reward = _trace_reward(record)
+        reward = trace_reward(record)
     tokens = _number(record.get("num_total_tokens"))
     if tokens is None and traces:
         counts = [_number(t.get("num_total_tokens")) for t in traces if isinstance(t, Mapping)]
@@ -244,7 +245,9 @@ def _summary_trace(traces: list[Any]) -> Mapping[str, Any] | None:
     return mappings[0] if mappings else None
 
 
-def _trace_reward(trace: Mapping[str, Any]) -> float | None:
+def trace_reward(trace: Mapping[str, Any]) -> float | None:
+    """A trace's (or chat record's) reward: its `reward`, else the sum of score × weight of its
+    scored `rewards` (verifiers 0.4.0 does not serialize `Trace.reward`), else None."""
     reward = _number(trace.get("reward"))
     if reward is not None:
         return reward

@@ -170,8 +170,9 @@ def test_previews_of_listed_records(client, searchable):
         "prompt": "question 4",
         "reply": "answer 4: the sandbox timed out",
         "turns": 1,
+        "trace_rewards": [0.1],
     }
-    assert body["t-0"] == {"prompt": "a bare sandbox"}
+    assert body["t-0"] == {"prompt": "a bare sandbox", "trace_rewards": [None]}
     assert "missing" not in body
     # Again (from the cache): the same answer.
     assert (
@@ -182,6 +183,31 @@ def test_previews_of_listed_records(client, searchable):
         400,
         "too_many_ids",
     )
+
+
+def test_previews_of_verifiers_episodes_score_their_traces_and_read_the_task(client):
+    # verifiers 0.4.0 serializes `rewards` ({name: {score, weight}}, None where scoring did not
+    # run), never `Trace.reward`; a failed episode may have no trace, only its task (issue 24).
+    rid = create_run(client)["id"]
+    task = {"type": "Task", "data": {"idx": 3, "prompt": "What is 3*7?", "answer": "21"}}
+    solver = chat(1, 0, None, "21")["traces"][0]
+    del solver["reward"]
+    solver["rewards"] = {"correct": {"score": 1.0, "weight": 0.5}, "format": {"score": 1.0}}
+    judge = {**solver, "rewards": {"correct": None}}
+    records = [
+        {"id": "scored", "task": task, "traces": [solver, judge]},
+        {"id": "failed", "task": task, "ok": False, "traces": [], "errors": [{"type": "E"}]},
+    ]
+    upload(client, rid, "episodes", ndjson(records))
+    body = client.get(f"/runs/{rid}/previews", params={"ids": "scored,failed"}).json()
+    assert body["scored"]["trace_rewards"] == [1.5, None]
+    assert body["failed"] == {"prompt": "What is 3*7?", "answer": "21", "trace_rewards": []}
+    # The index reads the reward the same way, and counts what is scored per step.
+    (row,) = client.get(f"/runs/{rid}/episodes", params={"id": "scored"}).json()["items"]
+    assert (row["id"], row["reward"], row["step"]) == ("scored", 1.5, None)
+    assert client.get(f"/runs/{rid}/episodes", params={"id": "nope"}).json()["items"] == []
+    steps = client.get(f"/runs/{rid}/steps").json()
+    assert [(s["count"], s["scored"], s["avg_reward"]) for s in steps] == [(2, 1, 1.5)]
 
 
 def test_reward_histogram_values_and_quantile_bands(client):

@@ -68,7 +68,10 @@ def runs(tmp_path_factory) -> Iterator[Runs]:
         evaluation = init(kind="eval", name="edge-one-step-eval")
         evaluation.log_metrics(ONE_STEP_METRICS, step=0)
         evaluation.log_episodes(
-            [{"id": f"e{i}", "prompt": "2+2?", "completion": "4", "reward": i / 2} for i in range(3)],
+            [
+                {"id": f"e{i}", "prompt": "2+2?", "completion": "4", "reward": i / 2}
+                for i in range(3)
+            ],
             step=0,
         )
         evaluation.finish()
@@ -91,7 +94,12 @@ def runs(tmp_path_factory) -> Iterator[Runs]:
                 for i in range(3)
             ]
             + [
-                {"ts": t0 + i * 2 + 1, "stream": "output", "source": "orchestrator", "line": f"orch {i}"}
+                {
+                    "ts": t0 + i * 2 + 1,
+                    "stream": "output",
+                    "source": "orchestrator",
+                    "line": f"orch {i}",
+                }
                 for i in range(3)
             ]
             + [{"ts": t0 + 10, "stream": "stdout", "source": "main", "line": "done"}],
@@ -100,9 +108,7 @@ def runs(tmp_path_factory) -> Iterator[Runs]:
 
         silent = init(kind="train", name="edge-silent-failure")
         silent.fail("RuntimeError: the platform reported the job failed")
-    yield Runs(
-        handle.url, cancelled.id, evaluation.id, progress.id, components.id, silent.id
-    )
+    yield Runs(handle.url, cancelled.id, evaluation.id, progress.id, components.id, silent.id)
     handle.stop()
 
 
@@ -203,7 +209,13 @@ def test_logs_list_every_stream_in_printing_order(page, runs):
     lines = page.locator("#log-lines .log-line .text")
     expect(lines).to_have_count(7)
     assert lines.all_inner_texts() == [
-        "trainer 0", "orch 0", "trainer 1", "orch 1", "trainer 2", "orch 2", "done",
+        "trainer 0",
+        "orch 0",
+        "trainer 1",
+        "orch 1",
+        "trainer 2",
+        "orch 2",
+        "done",
     ]
     options = page.locator("#log-stream option").evaluate_all("(os) => os.map((o) => o.value)")
     assert options == ["", "stdout", "stderr", "output", "traceback"]

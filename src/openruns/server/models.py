@@ -245,7 +245,11 @@ class MetricSeries(BaseModel):
 class StepRow(BaseModel):
     step: int | None
     count: int
-    avg_reward: float | None
+    scored: int = Field(description="records of this step with a reward")
+    avg_reward: float | None = Field(
+        description="mean reward of the scored records (an unscored one is left out; counted "
+        "as 0, as verifiers and prime-runs do: avg_reward × scored / count)"
+    )
     off_policy: int = Field(
         description="episodes of this step trained at another step than they were dispatched at"
     )

@@ -12,7 +12,7 @@ Records come in several shapes and all are read the same way:
 - anything else: its strings, and no preview.
 
     text = record_text(record)        # [(label, text)]: a role, "tool call", "error", or a key
-    preview = record_preview(record)  # {"prompt", "reply", "answer", "turns"} (those it has)
+    preview = record_preview(record)  # {"prompt", "reply", "answer", "turns", "trace_rewards"}
     hits = snippets(text, Query.parse('timeout "sandbox error"'))
 
 `load_records` reads the records of index rows from their segments, each zstd frame once.
@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 import zstandard
 
+from ..records import trace_reward
 from .segment_reads import DamagedSegment, read_frames
 from .store.blobs import BlobStore
 
@@ -132,9 +133,13 @@ def record_text(record: Any, limit: int = MAX_TEXT_CHARS) -> list[tuple[str, str
 
 
 def record_preview(record: Any) -> dict[str, Any]:
-    """Excerpts of at most PREVIEW_CHARS: "prompt" (the first user message), "reply" (the
-    final assistant message), "answer" (the expected answer), and "turns" (assistant
-    messages); each only when the record has it, {} when it is not a chat of a known shape."""
+    """Excerpts of at most PREVIEW_CHARS: "prompt" (the first user message, else the task's
+    prompt: an episode that failed before any trace has only its task), "reply" (the final
+    assistant message), "answer" (the expected answer), and "turns" (assistant messages);
+    each only when the record has it, {} when it is not a chat of a known shape. And
+    "trace_rewards": the reward of each of an episode's traces in order (of a bare trace or a
+    chat record: its own, one), by the index's rule (records.trace_reward: `reward`, else
+    score × weight), null where unscored; the episode page shows them (issue 24)."""
     if not isinstance(record, Mapping):
         return {}
     messages = list(_messages(record))
@@ -144,6 +149,8 @@ def record_preview(record: Any) -> dict[str, Any]:
         out["prompt"] = _excerpt(_content_text(first_user.get("content")))
     else:
         text = next((record[k] for k in _PROMPT_KEYS if isinstance(record.get(k), str)), None)
+        if text is None:
+            text = _task_prompt(record)
         if text is not None:
             out["prompt"] = _excerpt(text)
     replies = [m for m in messages if m.get("role") == "assistant"]
@@ -163,7 +170,13 @@ def record_preview(record: Any) -> dict[str, Any]:
     answer = _answer(record)
     if answer is not None:
         out["answer"] = _excerpt(answer)
-    return {k: v for k, v in out.items() if v != ""}
+    out = {k: v for k, v in out.items() if v != ""}
+    traces = record.get("traces")
+    if isinstance(traces, list):
+        out["trace_rewards"] = [trace_reward(t) if isinstance(t, Mapping) else None for t in traces]
+    elif out:  # a chat of a known shape: its own reward
+        out["trace_rewards"] = [trace_reward(record)]
+    return out
 
 
 def _messages(record: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
@@ -220,6 +233,21 @@ def _answer(record: Mapping[str, Any]) -> str | None:
     if answer is None or isinstance(answer, (Mapping, list)):
         return None
     return str(answer)
+
+
+def _task_prompt(record: Mapping[str, Any]) -> str | None:
+    """The prompt of the record's task (`task.data.prompt`, as verifiers dispatches it): its
+    text, or its first user message's."""
+    task = record.get("task")
+    data = task.get("data") if isinstance(task, Mapping) else None
+    prompt = data.get("prompt") if isinstance(data, Mapping) else None
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        for m in prompt:
+            if isinstance(m, Mapping) and m.get("role") == "user":
+                return _content_text(m.get("content"))
+    return None
 
 
 def _excerpt(text: str) -> str:

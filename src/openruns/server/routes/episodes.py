@@ -94,11 +94,15 @@ async def list_episodes(
     kind: Kind = None,
     subset: Subset = None,
     by: By = "dispatched",
+    id: Annotated[
+        str | None, Query(max_length=1024, description="only the index row of this record")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> JSON:
     """Index rows, sorted (NULLs last) and filtered, one page at a time. `step` with
-    `by=trained`: the episodes an annotation says were trained at that step."""
+    `by=trained`: the episodes an annotation says were trained at that step. `id`: one
+    record's row (the step it was indexed at, its reward as the index reads it)."""
     run = await readable_run(state, caller, run_id)
     after = decode_cursor(cursor, ((int, float, type(None)), (int,)))
     items, last = await state.store.list_episodes(
@@ -110,6 +114,7 @@ async def list_episodes(
         ok=ok,
         kind=kind,
         subset=subset,
+        episode_id=id,
         sort=sort,
         limit=limit,
         after=(after[0], after[1]) if after else None,

@@ -76,9 +76,9 @@ _IN_CHUNK = 500
 
 
 def _filtered(query: Any, filters: dict[str, Any]) -> Any:
-    """`query` restricted to the index rows matching `filters` (kind, subset, env, ok; None:
-    any)."""
-    for name in ("kind", "subset", "env", "ok", "segment_id"):
+    """`query` restricted to the index rows matching `filters` (kind, subset, env, ok,
+    episode_id; None: any)."""
+    for name in ("kind", "subset", "env", "ok", "segment_id", "episode_id"):
         value = filters.get(name)
         if value is not None:
             query = query.where(_e.c[name] == value)
@@ -240,8 +240,9 @@ def steps(
     **filters: Any,
 ) -> list[dict[str, Any]]:
     """
-    Per step (dispatched at, or with `by="trained"` trained at): count, mean reward, and
-    `off_policy`, how many of them were trained at another step than they were dispatched at.
+    Per step (dispatched at, or with `by="trained"` trained at): count, `scored` (how many
+    have a reward), mean reward (of the scored ones), and `off_policy`, how many of them were
+    trained at another step than they were dispatched at.
     With `step_min`, only steps >= it (no null step), so a live reader asks only for what may
     have changed since it last looked. `filters`: kind, subset, env, ok.
     """
@@ -252,6 +253,7 @@ def steps(
         select(
             step.label("step"),
             func.count().label("count"),
+            func.count(_e.c.reward).label("scored"),
             func.avg(_e.c.reward).label("avg_reward"),
             func.coalesce(func.sum(case((moved, 1), else_=0)), 0).label("off_policy"),
         )

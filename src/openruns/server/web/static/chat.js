@@ -10,7 +10,7 @@
 // readRecord(record) gives {kind, chats}; renderChat(chat, ...) draws one, with tool calls
 // linked to their results in both directions.
 
-import { envName, formatDuration, formatNumber, formatTime, h, okBadge } from "./common.js";
+import { api, envName, formatDuration, formatNumber, formatTime, h, okBadge } from "./common.js";
 import { foldText, json, jsonTree, kvTable } from "./render.js";
 
 const KNOWN_MESSAGE_FIELDS = new Set(["role", "content", "tool_calls", "tool_call_id", "name"]);
@@ -91,6 +91,24 @@ function plainChat(record) {
 function isRewardMap(value) {
   return value && typeof value === "object" && !isList(value)
     && Object.values(value).every((r) => r === null || (typeof r === "object" && "score" in r));
+}
+
+// A stored record as the episode and side-by-side pages draw it: the record, its index row
+// (the step it was indexed at: an eval episode stamps none of its own, and the index took the
+// run's step when it was logged; its reward as the index reads it), and its chats, each
+// trace's reward filled in by the server's rule where the record has none (verifiers 0.4.0
+// serializes `rewards`, never `Trace.reward`; the rule is written once, in records.py, and
+// /previews gives its answers: issue 24).
+export async function loadRecord(base, id, stream = "episodes") {
+  const [record, rows, previews] = await Promise.all([
+    api(`${base}/episodes/${encodeURIComponent(id)}`),
+    api(`${base}/episodes`, { id, stream, limit: 1 }),
+    api(`${base}/previews`, { ids: id }),
+  ]);
+  const { kind, chats } = readRecord(record);
+  const rewards = previews[id]?.trace_rewards || [];
+  chats.forEach((chat, i) => { chat.reward ??= rewards[i] ?? null; });
+  return { record, row: rows.items[0] || null, kind, chats };
 }
 
 // -- drawing ----------------------------------------------------------------------------------
@@ -235,14 +253,17 @@ function isObject(value) {
   return value && typeof value === "object" && !isList(value);
 }
 
-// The facts of the record around its chats: environment, step, work, tokens, group.
-export function recordFacts(record) {
+// The facts of the record around its chats: environment, outcome, reward and step (as its
+// index row has them, when given: the step it was logged at when it names none), work,
+// tokens, group.
+export function recordFacts(record, row = null) {
   const traces = isList(record?.traces) ? record.traces : [];
   const total = (name) => record?.[name] ?? traces.reduce((a, t) => a + (t?.[name] || 0), 0);
-  const step = record?.run?.work?.step ?? record?.step ?? null;
+  const step = record?.run?.work?.step ?? record?.step ?? row?.step ?? null;
   const facts = [
     ["Environment", envName(record?.env)],
     ["Outcome", okBadge(record?.ok)],
+    row ? ["Reward", formatNumber(row.reward)] : null,
     ["Step", step ?? "—"],
     ["Work", record?.run?.work?.type || record?.run?.type || "—"],
   ];
@@ -252,5 +273,5 @@ export function recordFacts(record) {
   }
   if (record?.group?.id) facts.push(["Group", h("code", {}, record.group.id)]);
   if (record?.is_timeout) facts.push(["Timed out", "yes"]);
-  return facts;
+  return facts.filter(Boolean);
 }

@@ -230,6 +230,16 @@ export function formatNumber(value) {
   return Number(value.toPrecision(4)).toString();
 }
 
+// A step's mean reward both ways (a /steps row: count, scored, avg_reward): of the scored
+// records (the server's mean: an unscored record is missing), and, when some are unscored,
+// counting them as 0, as verifiers and prime-runs average (issue 24; docs/dashboard.md).
+// {scored, unscored, asZero}: asZero is null when every record has a reward.
+export function rewardMeans(row) {
+  const unscored = (row?.count ?? 0) - (row?.scored ?? row?.count ?? 0);
+  const asZero = unscored > 0 && row.count ? ((row.avg_reward ?? 0) * row.scored) / row.count : null;
+  return { scored: row?.avg_reward ?? null, unscored, asZero };
+}
+
 export function formatDuration(seconds) {
   if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return "—";
   if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;

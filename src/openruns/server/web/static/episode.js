@@ -7,8 +7,8 @@
 import {
   api, fill, formatNumber, formatTime, h, pathParts, prefs, runTitle, showError, showMissing,
 } from "./common.js";
-import { errorsList, readRecord, recordFacts, renderChat } from "./chat.js";
-import { json, jsonTree } from "./render.js";
+import { errorsList, loadRecord, recordFacts, renderChat } from "./chat.js";
+import { foldText, json, jsonTree } from "./render.js";
 
 // The id is the rest of the path: an id may hold "/" (gsm8k/12), encoded or not.
 const [, runId, , ...idParts] = pathParts();
@@ -18,30 +18,34 @@ const el = (id) => document.getElementById(id);
 const LIST_PAGES = 10; // of 1000 rows: how far the neighbours are looked for
 
 const by = new URLSearchParams(location.search).get("by") === "trained" ? "trained" : "dispatched";
+const stream = new URLSearchParams(location.search).get("stream") || "episodes";
 
-function stepOf(record) {
-  return record.run?.work?.step ?? record.step ?? null;
+// The step the record was dispatched at: its own, else its index row's (an eval episode
+// names none: the index took the run's step when it was logged, and the step page lists it
+// there, so previous and next follow from it too: issue 24).
+function stepOf(record, row) {
+  return record.run?.work?.step ?? record.step ?? row?.step ?? null;
 }
 
-function trainedStepOf(record) {
-  return record.annotations?.trained_step ?? null;
+function trainedStepOf(record, row) {
+  return record.annotations?.trained_step ?? row?.trained_step ?? null;
 }
 
 // The step this page belongs to: dispatched at, or trained at when the step page said so.
-function pageStep(record) {
-  return by === "trained" ? trainedStepOf(record) : stepOf(record);
+function pageStep(record, row) {
+  return by === "trained" ? trainedStepOf(record, row) : stepOf(record, row);
 }
 
-function trainedFact(record) {
-  const trained = trainedStepOf(record);
+function trainedFact(record, row) {
+  const trained = trainedStepOf(record, row);
   if (trained === null) return null;
-  const dispatched = stepOf(record);
+  const dispatched = stepOf(record, row);
   const lag = dispatched === null ? null : trained - dispatched;
   return ["Trained at", h("span", {}, `step ${trained}`, lag ? [" ", h("span", { class: "badge off-policy" }, `off-policy: dispatched at step ${dispatched}`)] : null)];
 }
 
-function header(record, run, kind) {
-  const step = pageStep(record);
+function header(record, row, run, kind) {
+  const step = pageStep(record, row);
   if (step !== null) {
     el("step-link").textContent = `step ${step}${by === "trained" ? " (trained at)" : ""}`;
     el("step-link").href = `${base}/steps/${step}${location.search}`;
@@ -51,7 +55,7 @@ function header(record, run, kind) {
   const noun = { episode: "Episode", trace: "Trace", chat: "Chat", other: "Record" }[kind];
   fill(el("episode-header"),
     h("h1", {}, `${noun} `, h("code", {}, record.id || episodeId)),
-    h("dl", { class: "facts" }, [...recordFacts(record), trainedFact(record)].filter(Boolean).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+    h("dl", { class: "facts" }, [...recordFacts(record, row), trainedFact(record, row)].filter(Boolean).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     kind === "episode" ? errorsList(record.errors, "Episode errors") : null,
     record.task ? h("details", { class: "task" }, h("summary", {}, `Task${record.task.type ? ` (${record.task.type})` : ""}`), jsonTree(record.task)) : null,
   );
@@ -66,7 +70,7 @@ async function neighbours(step) {
     sort: params.get("sort") || "-reward",
     env: params.get("env"),
     ok: params.get("ok"),
-    stream: params.get("stream") || "episodes",
+    stream,
     by,
     kind: params.get("kind"),
     subset: params.get("subset"),
@@ -165,17 +169,25 @@ async function annotations(record) {
   section.hidden = false;
 }
 
+// An episode without a trace (it failed before any agent ran): what it was asked, from its task.
+function untraced(record) {
+  const prompt = record.task?.data?.prompt;
+  return h("section", { class: "trace untraced" }, h("h2", {}, "No trace was recorded"),
+    h("p", { class: "muted" }, "The episode ended before any agent produced a trace; its task's prompt:"),
+    typeof prompt === "string" ? foldText(prompt) : prompt ? jsonTree(prompt) : h("p", { class: "muted" }, "(the task has no prompt)"));
+}
+
 async function main() {
-  const [run, record] = await Promise.all([api(base), api(`${base}/episodes/${encodeURIComponent(episodeId)}`)]);
+  const [run, { record, row, kind, chats }] = await Promise.all([api(base), loadRecord(base, episodeId, stream)]);
   el("run-link").textContent = runTitle(run);
   el("run-link").href = base;
-  const { kind, chats } = readRecord(record);
-  header(record, run, kind);
+  header(record, row, run, kind);
   const heading = kind === "episode" ? "Trace" : kind === "trace" ? "Trace" : "Chat";
   el("traces").replaceChildren(...(kind === "other"
     ? [h("section", { class: "trace unknown" }, h("h2", {}, "Record"),
       h("p", { class: "muted" }, "Not a chat of a known shape: its fields, as stored."), jsonTree(record))]
-    : chats.map((chat, i) => renderChat(chat, { scope: "t", heading, count: chats.length, index: i }))));
+    : kind === "episode" && !chats.length ? [untraced(record)]
+      : chats.map((chat, i) => renderChat(chat, { scope: "t", heading, count: chats.length, index: i }))));
   // The raw record can be megabytes: built only when asked for.
   el("raw").addEventListener("toggle", () => {
     if (el("raw").open && !el("raw-body").textContent) el("raw-body").textContent = json(record);
@@ -183,7 +195,7 @@ async function main() {
   setUpPin(run);
   setUpKeys();
   annotations(record).catch(showError);
-  const step = pageStep(record);
+  const step = pageStep(record, row);
   if (step !== null) await neighbours(step);
 }
 

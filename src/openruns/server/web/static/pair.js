@@ -3,7 +3,7 @@
 // facts above, so the two read row against row.
 
 import { api, fill, h, runLabel, showError } from "./common.js";
-import { readRecord, recordFacts, renderChat } from "./chat.js";
+import { loadRecord, recordFacts, renderChat } from "./chat.js";
 import { jsonTree } from "./render.js";
 
 const params = new URLSearchParams(location.search);
@@ -14,14 +14,13 @@ async function side(root, runId, id, scope) {
     return;
   }
   const base = `/runs/${encodeURIComponent(runId)}`;
-  const [run, record] = await Promise.all([api(base), api(`${base}/episodes/${encodeURIComponent(id)}`)]);
-  const { kind, chats } = readRecord(record);
-  const step = record.run?.work?.step ?? record.step ?? null;
+  const [run, { record, row, kind, chats }] = await Promise.all([api(base), loadRecord(base, id)]);
+  const step = record.run?.work?.step ?? record.step ?? row?.step ?? null;
   fill(root,
     h("p", { class: "crumbs" }, h("a", { href: base }, runLabel(run)), " › ",
       step !== null ? h("a", { href: `${base}/steps/${step}` }, `step ${step}`) : "no step", " › ",
       h("a", { href: `${base}/episodes/${encodeURIComponent(id)}` }, h("code", {}, id))),
-    h("dl", { class: "facts narrow" }, recordFacts(record).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+    h("dl", { class: "facts narrow" }, recordFacts(record, row).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     kind === "other"
       ? jsonTree(record)
       : chats.map((chat, i) => renderChat(chat, { scope, heading: kind === "chat" ? "Chat" : "Trace", count: chats.length, index: i })),

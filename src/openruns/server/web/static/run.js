@@ -13,7 +13,7 @@
 
 import {
   api, apiSend, fill, apiUrl, downloadLink, formatDuration, formatNumber, formatTime, h, linkRow, navigableRows,
-  pathParts, poll, runDuration, runLabel, runTitle, showError, showMissing, statusBadge, timeCell, envName, View,
+  pathParts, poll, rewardMeans, runDuration, runLabel, runTitle, showError, showMissing, statusBadge, timeCell, envName, View,
 } from "./common.js";
 import { ChartGrid, chartId, runColors, settingsBar } from "./charts.js";
 import { LogsView } from "./logs.js";
@@ -140,7 +140,11 @@ async function renderConfig(run) {
   }
   const parts = [`format: ${run.config.format}`];
   if (run.config.filename) parts.push(`file: ${run.config.filename}`);
-  parts.push(`${formatNumber(new TextEncoder().encode(run.config.text).length)} bytes, exactly as launched`);
+  const bytes = `${formatNumber(new TextEncoder().encode(run.config.text).length)} bytes`;
+  // A file is kept byte for byte; a mapping (init(config={...}), a Prime config) arrived as
+  // values and is stored as JSON: it was never a text to keep "exactly" (issue 24).
+  parts.push(run.config.filename || run.config.format !== "json"
+    ? `${bytes}, exactly as launched` : `${bytes}: a mapping, as sent, stored as JSON`);
   label.textContent = parts.join(" · ");
   body.innerHTML = await api(`/ui${base}/config`, {}, { text: true }); // Pygments HTML, escaped by it
 }
@@ -162,7 +166,7 @@ function renderSteps() {
     const row = state.steps.get(step);
     const counts = [
       h("td", { class: "num" }, formatNumber(row.count)),
-      h("td", { class: "num" }, formatNumber(row.avg_reward)),
+      rewardCell(row),
       h("td", { class: row.off_policy ? "num off-policy" : "num muted" }, formatNumber(row.off_policy ?? 0)),
     ];
     // Records logged without a step have no step page (the API filters by a number).
@@ -175,6 +179,14 @@ function renderSteps() {
   const more = document.getElementById("steps-more");
   more.hidden = steps.length <= state.stepsShown;
   more.textContent = `Show more steps (${steps.length - state.stepsShown} more)`;
+}
+
+// The mean of the scored records; with some unscored, also counting them as 0 (verifiers').
+function rewardCell(row) {
+  const { scored, unscored, asZero } = rewardMeans(row);
+  return h("td", { class: "num" }, formatNumber(scored), asZero === null ? null
+    : h("span", { class: "muted as-zero", title: `counting the ${unscored} unscored as 0, as verifiers and prime-runs do` },
+      ` (${formatNumber(asZero)} with ${formatNumber(unscored)} unscored as 0)`));
 }
 
 function updateSlider() {
@@ -334,8 +346,8 @@ async function pollSteps(read = stepsView.join()) {
   let changed = false;
   for (const row of rows) {
     const before = state.steps.get(row.step);
-    if (!before || before.count !== row.count || before.avg_reward !== row.avg_reward || before.off_policy !== row.off_policy) {
-      state.steps.set(row.step, { count: row.count, avg_reward: row.avg_reward, off_policy: row.off_policy });
+    if (!before || before.count !== row.count || before.scored !== row.scored || before.avg_reward !== row.avg_reward || before.off_policy !== row.off_policy) {
+      state.steps.set(row.step, { count: row.count, scored: row.scored, avg_reward: row.avg_reward, off_policy: row.off_policy });
       changed = true;
     }
   }

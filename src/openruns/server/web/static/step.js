@@ -8,7 +8,7 @@
 
 import {
   api, envName, formatDuration, isAbandoned, formatNumber, h, linkRow, navigableRows, okBadge, pathParts,
-  poll, prefs, runTitle, showError, showMissing, View,
+  poll, prefs, rewardMeans, runTitle, showError, showMissing, View,
 } from "./common.js";
 import { loadPlotly } from "./charts.js";
 
@@ -158,7 +158,10 @@ function render() {
   if (state.total) {
     const noun = [f.kind, f.subset, f.stream].filter(Boolean).join(" ");
     parts.push(`${formatNumber(state.total.count)} ${noun} ${f.by} at this step`);
-    parts.push(`mean reward ${formatNumber(state.total.avg_reward)}`);
+    const means = rewardMeans(state.total);
+    parts.push(means.asZero === null ? `mean reward ${formatNumber(means.scored)}`
+      : `mean reward ${formatNumber(means.scored)} of the ${formatNumber(state.total.scored)} scored, `
+        + `${formatNumber(means.asZero)} counting the ${formatNumber(means.unscored)} unscored as 0 (as verifiers and prime-runs do)`);
     if (state.total.off_policy) parts.push(`${formatNumber(state.total.off_policy)} off-policy (trained at another step than dispatched at)`);
   }
   parts.push(`showing ${formatNumber(state.rows.length)}${filtered ? " that match the filters" : ""}`);
@@ -221,7 +224,7 @@ async function loadMore() {
 
 async function stepRow(read) {
   const rows = await api(`${base}/steps`, { ...stepQuery(), step_min: step }, { read });
-  return rows.find((r) => r.step === step) || { count: 0, avg_reward: null, off_policy: 0 };
+  return rows.find((r) => r.step === step) || { count: 0, scored: 0, avg_reward: null, off_policy: 0 };
 }
 
 // The distribution of the step's rewards (all its records, not just the rows shown).
