@@ -136,10 +136,10 @@ def record_preview(record: Any) -> dict[str, Any]:
     """Excerpts of at most PREVIEW_CHARS: "prompt" (the first user message, else the task's
     prompt: an episode that failed before any trace has only its task), "reply" (the final
     assistant message), "answer" (the expected answer), and "turns" (assistant messages);
-    each only when the record has it, {} when it is not a chat of a known shape. And
-    "trace_rewards": the reward of each of an episode's traces in order (of a bare trace or a
-    chat record: its own, one), by the index's rule (records.trace_reward: `reward`, else
-    score × weight), null where unscored; the episode page shows them (issue 24)."""
+    each only when the record has it, {} when it is not a chat of a known shape. And, of an
+    episode, "trace_rewards": the reward of each of its traces in order, by the index's rule
+    (records.trace_reward: `reward`, else score × weight), null where unscored; the episode
+    page shows them (issue 24; a bare trace's or a chat's own is its index row's reward)."""
     if not isinstance(record, Mapping):
         return {}
     messages = list(_messages(record))
@@ -174,8 +174,6 @@ def record_preview(record: Any) -> dict[str, Any]:
     traces = record.get("traces")
     if isinstance(traces, list):
         out["trace_rewards"] = [trace_reward(t) if isinstance(t, Mapping) else None for t in traces]
-    elif out:  # a chat of a known shape: its own reward
-        out["trace_rewards"] = [trace_reward(record)]
     return out
 
 

@@ -97,8 +97,9 @@ function isRewardMap(value) {
 // (the step it was indexed at: an eval episode stamps none of its own, and the index took the
 // run's step when it was logged; its reward as the index reads it), and its chats, each
 // trace's reward filled in by the server's rule where the record has none (verifiers 0.4.0
-// serializes `rewards`, never `Trace.reward`; the rule is written once, in records.py, and
-// /previews gives its answers: issue 24).
+// serializes `rewards`, never `Trace.reward`; the rule is written once, in records.py: an
+// episode's traces' rewards come from /previews, a bare trace's or a chat's is its row's:
+// issue 24).
 export async function loadRecord(base, id, stream = "episodes") {
   const [record, rows, previews] = await Promise.all([
     api(`${base}/episodes/${encodeURIComponent(id)}`),
@@ -106,9 +107,10 @@ export async function loadRecord(base, id, stream = "episodes") {
     api(`${base}/previews`, { ids: id }),
   ]);
   const { kind, chats } = readRecord(record);
-  const rewards = previews[id]?.trace_rewards || [];
+  const row = rows.items[0] || null;
+  const rewards = kind === "episode" ? previews[id]?.trace_rewards || [] : [row?.reward];
   chats.forEach((chat, i) => { chat.reward ??= rewards[i] ?? null; });
-  return { record, row: rows.items[0] || null, kind, chats };
+  return { record, row, kind, chats };
 }
 
 // -- drawing ----------------------------------------------------------------------------------
