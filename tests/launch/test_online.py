@@ -62,7 +62,7 @@ def test_online_run_children_attach_with_the_run_token(tmp_path, auth_server):
     with httpx.Client(base_url=url + "/api/v1", headers={"Authorization": f"Bearer {key}"}) as api:
         doc = api.get(f"/runs/{seen['id']}").raise_for_status().json()
         assert (doc["name"], doc["status"]) == ("online-job", "failed")
-        assert doc["error"] == "RuntimeError: The job step exited with code 3"
+        assert doc["error"] == "the command exited with code 3"
         episodes = api.get(f"/runs/{seen['id']}/episodes").raise_for_status().json()
         assert [e["id"] for e in episodes["items"]] == ["e1"]
 

@@ -68,7 +68,7 @@ def test_exit_code_fails_the_run_and_is_the_owners(tmp_path):
     _, doc = the_run(tmp_path / "runs")
     assert (doc["status"], doc["error"]) == (
         "failed",
-        "RuntimeError: The job step exited with code 3",
+        "the command exited with code 3",
     )
 
 
@@ -76,7 +76,7 @@ def test_command_killed_by_a_signal(tmp_path):
     proc = _run(tmp_path, "sh", "-c", "kill -KILL $$")
     assert proc.returncode == 137
     _, doc = the_run(tmp_path / "runs")
-    assert doc["error"] == "RuntimeError: The job step was killed by SIGKILL"
+    assert doc["error"] == "the command was killed by SIGKILL"
 
 
 def test_sigterm_is_forwarded_and_the_child_tears_down(tmp_path):
@@ -93,7 +93,7 @@ def test_sigterm_is_forwarded_and_the_child_tears_down(tmp_path):
     assert (tmp_path / "got").read_text() == "SIGTERM"
     assert (tmp_path / "teardown-done").exists()  # the owner waited for the teardown
     _, doc = the_run(tmp_path / "runs")
-    assert (doc["status"], doc["error"]) == ("failed", "RuntimeError: terminated by SIGTERM")
+    assert (doc["status"], doc["error"]) == ("failed", "terminated by SIGTERM")
 
 
 def test_sigint_cancels(tmp_path):
@@ -132,7 +132,7 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     assert owner.returncode == 143
     assert "SIGKILL" in stderr
     _, doc = the_run(tmp_path / "runs")
-    assert doc["error"] == "RuntimeError: terminated by SIGTERM"
+    assert doc["error"] == "terminated by SIGTERM"
 
 
 def test_processes_left_in_the_group_are_stopped(tmp_path):
@@ -175,7 +175,7 @@ def test_sighup_fails_the_run(tmp_path):
     owner.communicate(timeout=90)  # bounded; a loaded machine (load 19) took over 30 s
     assert owner.returncode == 129
     _, doc = the_run(tmp_path / "runs")
-    assert (doc["status"], doc["error"]) == ("failed", "RuntimeError: terminated by SIGHUP")
+    assert (doc["status"], doc["error"]) == ("failed", "terminated by SIGHUP")
 
 
 NAMING_CHILD = """

@@ -96,7 +96,7 @@ def test_under_a_launcher_it_attaches_and_only_flushes(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 3, proc.stderr
     run_dir, doc = _the_run(tmp_path / "runs")
-    assert doc["error"] == "RuntimeError: The job step exited with code 3"
+    assert doc["error"] == "the command exited with code 3"
     assert [e["id"] for e in iter_stream(run_dir, "episodes")] == ["ep-0", "ep-1"]
     assert [r["values"] for r in iter_stream(run_dir, "metrics")] == [{"loss": 1.0}]
     # The component's own files sit beside the run.

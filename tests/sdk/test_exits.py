@@ -162,6 +162,30 @@ except KeyboardInterrupt:
     assert _status(tmp_path) == ("cancelled", "terminated by SIGINT")
 
 
+def test_ctrl_c_traceback_ends_in_the_users_frame_not_in_openruns(tmp_path):
+    code = (
+        OPEN
+        + """
+import time
+
+def train():
+    print("ready", flush=True)
+    time.sleep(30)
+
+train()
+"""
+    )
+    proc = spawn(code, tmp_path)
+    _wait_for_line(proc, "ready")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    frames = [line.strip() for line in err.splitlines() if line.strip().startswith("File ")]
+    assert err.rstrip().endswith("KeyboardInterrupt"), err
+    assert frames and frames[-1].endswith("in train"), err  # the user's frame, not _on_signal
+    assert "openruns" not in " ".join(frames), err
+    assert _status(tmp_path) == ("cancelled", "terminated by SIGINT")
+
+
 def test_handlers_are_restored_after_finish(tmp_path):
     code = """
 import signal
