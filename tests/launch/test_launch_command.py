@@ -10,6 +10,7 @@ import textwrap
 from openruns.rundir import iter_stream
 from openruns.settings import DEFAULT_DIR
 
+from .. import patience
 from .helpers import openruns_cli, script, spawn_cli, the_run, wait_for
 
 COMPONENT = """
@@ -168,7 +169,7 @@ def test_sigterm_to_the_launcher_stops_every_component(tmp_path):
     wait_for(tmp_path / "a.ready")
     wait_for(tmp_path / "b.ready")
     launcher.send_signal(signal.SIGTERM)
-    launcher.communicate(timeout=30)
+    launcher.communicate(timeout=patience.EXIT)
     assert launcher.returncode == 143
     assert (tmp_path / "a.got").read_text() == (tmp_path / "b.got").read_text() == "SIGTERM"
     _, doc = the_run(tmp_path / "runs")

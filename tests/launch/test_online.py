@@ -11,6 +11,7 @@ import pytest
 
 from openruns.cli import main as openruns_main
 
+from .. import patience
 from .helpers import cli_env, openruns_cli, script
 
 pytest.importorskip("fastapi", reason="the server extra is needed to serve the run")
@@ -137,7 +138,7 @@ def test_online_console_lines_reach_the_server_and_sync_sends_offline_ones(tmp_p
         )
         done = subprocess.run(
             [sys.executable, offline], cwd=tmp_path, capture_output=True, text=True,
-            env=cli_env({"OPENRUNS_CAPTURE_CONSOLE": "1"}), timeout=60,
+            env=cli_env({"OPENRUNS_CAPTURE_CONSOLE": "1"}), timeout=patience.EXIT,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         synced = openruns_cli("sync", "off", cwd=tmp_path, env=env)

@@ -8,6 +8,7 @@ import sys
 
 from openruns.rundir import iter_stream
 
+from .. import patience
 from .helpers import openruns_cli, script, spawn_cli, the_run, wait_for
 
 ATTACH_CHILD = """
@@ -87,7 +88,7 @@ def test_sigterm_is_forwarded_and_the_child_tears_down(tmp_path):
     )  # fmt: skip
     wait_for(tmp_path / "ready")
     owner.send_signal(signal.SIGTERM)
-    _, stderr = owner.communicate(timeout=90)
+    _, stderr = owner.communicate(timeout=patience.EXIT)
     assert owner.returncode == 143, stderr
     assert (tmp_path / "got").exists(), stderr  # the child was signalled, not killed at once
     assert (tmp_path / "got").read_text() == "SIGTERM"
@@ -104,7 +105,7 @@ def test_sigint_cancels(tmp_path):
     )  # fmt: skip
     wait_for(tmp_path / "ready")
     owner.send_signal(signal.SIGINT)
-    owner.communicate(timeout=90)  # bounded; a loaded machine (load 19) took over 30 s
+    owner.communicate(timeout=patience.EXIT)
     assert owner.returncode == 130
     assert (tmp_path / "got").read_text() == "SIGINT"
     _, doc = the_run(tmp_path / "runs")
@@ -128,7 +129,7 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     )  # fmt: skip
     wait_for(tmp_path / "ready")
     owner.send_signal(signal.SIGTERM)
-    _, stderr = owner.communicate(timeout=90)
+    _, stderr = owner.communicate(timeout=patience.EXIT)
     assert owner.returncode == 143
     assert "SIGKILL" in stderr
     _, doc = the_run(tmp_path / "runs")
@@ -172,7 +173,7 @@ def test_sighup_fails_the_run(tmp_path):
     )  # fmt: skip
     wait_for(tmp_path / "ready")
     owner.send_signal(signal.SIGHUP)
-    owner.communicate(timeout=90)  # bounded; a loaded machine (load 19) took over 30 s
+    owner.communicate(timeout=patience.EXIT)
     assert owner.returncode == 129
     _, doc = the_run(tmp_path / "runs")
     assert (doc["status"], doc["error"]) == ("failed", "terminated by SIGHUP")
@@ -225,7 +226,7 @@ def test_under_slurm_the_messages_name_slurm(tmp_path):
     )  # fmt: skip
     wait_for(tmp_path / "ready")
     owner.send_signal(signal.SIGTERM)  # scancel, or the time limit
-    owner.communicate(timeout=90)  # bounded; a loaded machine (load 19) took over 30 s
+    owner.communicate(timeout=patience.EXIT)
     assert owner.returncode == 143
     _, doc = the_run(tmp_path / "cancelled")
     assert (doc["status"], doc["error"]) == ("failed", "RuntimeError: SLURM terminated the job")

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from tests import patience
 from tests.online.faultproxy import FaultProxy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 _PRELUDE = """
 import json, math, prime_runs as pr
 from tests.prime.verifiers_like import episode
+
+from .. import patience
 
 def report(run, **extra):
     print(json.dumps({
@@ -61,7 +64,7 @@ def run_sdk(
         cwd=home,
         capture_output=True,
         text=True,
-        timeout=90,
+        timeout=patience.EXIT,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
