@@ -82,7 +82,8 @@ def _module(name: str):  # type: ignore[no-untyped-def]
         missing = exc.name or "a dependency"
         sys.exit(
             f"openruns: this command needs {missing}, which is not installed; "
-            "install the server extra: pip install 'openruns[server]'"
+            "install the server extra: pip install '.[server]' in a checkout (or `uv run "
+            "--extra server openruns ...`), or from the git URL (README, Install)"
         )
 
 
