@@ -24,8 +24,6 @@ _PRELUDE = """
 import json, math, prime_runs as pr
 from tests.prime.verifiers_like import episode
 
-from .. import patience
-
 def report(run, **extra):
     print(json.dumps({
         "id": run.id,
