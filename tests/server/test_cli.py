@@ -19,7 +19,7 @@ from ..services import free_port
 from .helpers import SRC, ServerProcess
 
 
-def openruns(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def openruns(*args: str, timeout: float = patience.EXIT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "openruns.cli", *args],
         env={**os.environ, "PYTHONPATH": SRC},

@@ -60,7 +60,7 @@ T = TypeVar("T")
 MAX_RETRY_AFTER = 60.0
 MAX_BACKOFF = 30.0
 _ABANDONED: list[httpx.Client] = []
-_ALWAYS_THERE = ("/health", "/runs")  # a 404 for these means a wrong base URL
+_ALWAYS_THERE = ("/health", "/runs")  # GET answers 404 only for a wrong base URL
 
 
 class Disposition(enum.Enum):
@@ -251,7 +251,7 @@ class WireClient:
             raise self._transport_error(exc, method, path) from exc
         if response.status_code >= 400:
             error = _error_from(response, method, path)
-            if response.status_code == 404 and path in _ALWAYS_THERE:
+            if response.status_code == 404 and method == "GET" and path in _ALWAYS_THERE:
                 # Every openruns server has these: the base URL is wrong (issue 24).
                 raise NotFoundError(
                     f"{method} {response.request.url}: HTTP 404: no openruns API at this URL; "
