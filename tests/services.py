@@ -44,6 +44,8 @@ from typing import Any
 
 import pytest
 
+from . import patience
+
 __all__ = ["BACKENDS", "PostgresCluster", "S3Endpoint", "Stores", "StoresFactory"]
 
 # The configurations the server and API suites run against (a fixture param).
@@ -173,7 +175,7 @@ class PostgresCluster:
             capture_output=True,
             cwd=self.root,
             user=self.user,
-            timeout=120,
+            timeout=patience.START + 60,  # above pg_ctl's own -t
         )
 
     def start(self) -> PostgresCluster:
@@ -193,7 +195,8 @@ class PostgresCluster:
             self.port = free_port()
             try:
                 self._run(
-                    "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
+                    "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t",
+                    str(int(patience.START)),
                     "-o", f"-p {self.port} {options}", "start",
                 )  # fmt: skip
                 break
@@ -284,11 +287,14 @@ class S3Endpoint:
                 )
             self.url = f"http://127.0.0.1:{port}"
             try:
-                _wait(self._answers, 30, "moto's S3 server", self.log)
+                _wait(self._answers, patience.START, "moto's S3 server", self.log)
                 break
             except RuntimeError:
+                slow = self.proc.poll() is None
                 self.proc.kill()
                 self.proc.wait(10)
+                if slow:  # not a port taken meanwhile: starting another would be slower still
+                    raise
         else:
             raise RuntimeError(f"moto did not start: {self.log.read_text()[-2000:]}")
         import boto3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -47,3 +48,23 @@ def test_the_demo_writes_a_sweep_an_eval_and_a_failed_run(tmp_path):
     timed = [r for r in rows if r["step"] is None]
     assert any("inference/tokens_per_s" in r["values"] for r in timed)
     assert any("system/memory/used_percent" in r["values"] for r in timed)
+
+
+def test_the_demo_on_a_busy_port_says_so_in_one_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "openruns.cli", "demo", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=tmp_path,
+        )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"openruns demo: cannot listen on 127.0.0.1:{port}: Address already in use "
+        "(another port: --port N)"
+    ]
+    assert list(tmp_path.iterdir()) == []  # the demo's store is a temporary one, removed

@@ -144,6 +144,16 @@ def open_run(
             raise ConfigurationError(
                 f"training must be a TrainingSpec, got {type(training).__name__}"
             )
+    for argument, value in (
+        ("name", name),
+        ("model", model),
+        ("framework", framework),
+        ("description", description),
+    ):  # checked here, as kind is, rather than sent for the server to refuse (issue 24)
+        if value is not None and not isinstance(value, str):
+            raise ConfigurationError(
+                f"{argument} must be a string, got {type(value).__name__} {value!r}"
+            )
     tags_list = _string_list("tags", tags)
     if group is not None and (not isinstance(group, str) or not group or len(group) > 256):
         raise ConfigurationError(f"group must be a string of 1 to 256 characters, got {group!r}")
@@ -246,6 +256,14 @@ def open_run(
         backend = ServerBackend.create(settings, run_id, run_dir, metadata)
     else:
         backend = OfflineBackend.create(run_dir, metadata)
+        # Said once, so an offline run is never a silent one (issue 24).
+        logger.warning(
+            "openruns: run %s is offline, written to %s; upload it to a server with: "
+            "openruns sync %s",
+            run_id,
+            run_dir,
+            run_dir,
+        )
     run = opened(run_id, backend, run_dir)
     export_run(run_id, kind, str(run_dir))
     return run

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import sys
+from typing import Any
 
 from . import __version__
 
-__all__ = ["build_parser", "main"]
+__all__ = ["add_server_options", "build_parser", "main", "server_settings"]
 
 # name -> (module, help). Each module has `add_arguments(parser)` and `run(args) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -20,6 +22,38 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("openruns.launch.run_command", "own a run around one command: openruns run -- CMD"),
     "launch": ("openruns.launch.launch_command", "start a job's components under one run"),
 }
+
+
+def add_server_options(parser: argparse.ArgumentParser, *, nested: bool = False) -> None:
+    """--base-url and --api-key of a command that talks to a server (`sync`, `runs`). Also on
+    each subcommand of one (`nested`), so they are taken in either place: `openruns runs ls
+    --base-url URL` as `openruns runs --base-url URL ls` (issue 24)."""
+    from .settings import DEFAULT_SERVER_URL
+
+    default = argparse.SUPPRESS if nested else None  # a subcommand keeps what came before it
+    parser.add_argument(
+        "--base-url",
+        default=default,
+        help=f"the server (default: OPENRUNS_BASE_URL, the config file, else {DEFAULT_SERVER_URL})",
+    )
+    parser.add_argument(
+        "--api-key", default=default, help="an API key (default: OPENRUNS_API_KEY, config file)"
+    )
+
+
+def server_settings(args: argparse.Namespace) -> Any:
+    """The settings of a command with server options: the server's default address when
+    neither the options, the environment nor the config file name one."""
+    from .settings import DEFAULT_SERVER_URL, Settings
+
+    arguments = {"base_url": args.base_url, "api_key": args.api_key}
+    settings = Settings.resolve(arguments)
+    if settings.base_url is None:
+        settings = Settings.resolve({**arguments, "base_url": DEFAULT_SERVER_URL})
+        settings = dataclasses.replace(
+            settings, origins={**settings.origins, "base_url": "the default server address"}
+        )
+    return settings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +82,8 @@ def _module(name: str):  # type: ignore[no-untyped-def]
         missing = exc.name or "a dependency"
         sys.exit(
             f"openruns: this command needs {missing}, which is not installed; "
-            "install the server extra: pip install 'openruns[server]'"
+            "install the server extra: pip install '.[server]' in a checkout (or `uv run "
+            "--extra server openruns ...`), or from the git URL (README, Install)"
         )
 
 

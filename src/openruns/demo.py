@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import shutil
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -47,7 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="server address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="server port (default 8765)")
     parser.add_argument(
-        "--data-dir", default=None, help="server data directory (default: the server's default)"
+        "--data-dir",
+        default=None,
+        help="server data directory, kept (default: a throwaway demo directory under the "
+        "system's temporary directory, removed when the demo stops; never the server's own)",
     )
     parser.add_argument(
         "--offline",
@@ -57,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dir",
         default=None,
-        help="directory of offline runs and spools (default: the dir setting, ./openruns-runs)",
+        help="directory of offline runs and spools (default: with --offline the dir setting, "
+        "./openruns-runs; else the throwaway demo directory)",
     )
     parser.add_argument(
         "--exit", action="store_true", help="stop the server when the demo runs are done"
@@ -71,20 +77,34 @@ def run(args: argparse.Namespace) -> int:
     if args.offline:
         _simulate(args, mode="offline", base_url=None)
         return 0
-    from .server import default_data_dir, serve_in_thread
+    from .server import serve_in_thread
+    from .server.config import ServerConfigError
 
-    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
-    server = serve_in_thread(data_dir=data_dir, host=args.host, port=args.port)
-    print(f"openruns server on the embedded store in {data_dir}")
-    print(f"dashboard: {server.url}/")
+    # The demo's runs go to a store of their own, not the user's real one (issue 24); the
+    # online runs leave no directory behind once delivered, and their spools live here too.
+    scratch = Path(tempfile.mkdtemp(prefix="openruns-demo-"))
+    data_dir = Path(args.data_dir) if args.data_dir else scratch / "data"
+    if args.dir is None:
+        args.dir = str(scratch / "runs")
     try:
-        _simulate(args, mode="online", base_url=server.url)
-        if not args.exit:
-            print(f"demo runs done; still serving {server.url}/ (Ctrl-C to stop)")
-            while True:
-                time.sleep(3600)
+        try:
+            server = serve_in_thread(data_dir=data_dir, host=args.host, port=args.port)
+        except ServerConfigError as exc:  # a port in use: one line, as `openruns server` says
+            print(f"openruns demo: {exc} (another port: --port N)", file=sys.stderr)
+            return 2
+        kept = "" if args.data_dir else " (a demo store, removed when the demo stops)"
+        print(f"openruns server on the embedded store in {data_dir}{kept}")
+        print(f"dashboard: {server.url}/")
+        try:
+            _simulate(args, mode="online", base_url=server.url)
+            if not args.exit:
+                print(f"demo runs done; still serving {server.url}/ (Ctrl-C to stop)")
+                while True:
+                    time.sleep(3600)
+        finally:
+            server.stop()
     finally:
-        server.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

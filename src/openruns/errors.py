@@ -17,7 +17,10 @@ Every exception openruns raises, grouped by cause.
         ├── RetryableAPIError       429/502/503/504/507 (retry_after: seconds, when the server
         │                           said; 507: the server's disk is full, nothing was stored)
         └── TransportError          no HTTP status: connect error, reset, timeout
-            └── APITimeoutError
+            │                       (`refused`: nothing listens at the address)
+            ├── APITimeoutError
+            └── TLSError            the TLS handshake failed (https:// to a plain HTTP
+                                    server, a certificate refused): not transient
 
 `is_transient(exc)` tells whether a failed request is worth replaying later.
 
@@ -44,6 +47,7 @@ __all__ = [
     "PrimeRunsError",
     "RetryableAPIError",
     "RunFinishedError",
+    "TLSError",
     "TransportError",
     "UnauthorizedError",
     "ValidationRejectedError",
@@ -118,11 +122,19 @@ class RetryableAPIError(APIError):
 
 
 class TransportError(APIError):
-    """No HTTP answer: the connection failed, was reset, or the body could not be read."""
+    """No HTTP answer: the connection failed, was reset, or the body could not be read.
+    `refused`: the connection was refused (nothing listens there), known at once."""
+
+    refused: bool = False
 
 
 class APITimeoutError(TransportError):
     """The request timed out."""
+
+
+class TLSError(TransportError):
+    """The TLS handshake failed: an https:// URL for a plain HTTP server, or a certificate
+    that is not trusted. A replay fails the same way, so it is not transient (issue 24)."""
 
 
 # prime-runs' names of the same errors.
@@ -160,4 +172,4 @@ def error_for_status(
 
 def is_transient(exc: BaseException) -> bool:
     """True when the same request may succeed later (server busy, gateway, network)."""
-    return isinstance(exc, (RetryableAPIError, TransportError))
+    return isinstance(exc, (RetryableAPIError, TransportError)) and not isinstance(exc, TLSError)

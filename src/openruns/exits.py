@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .spec import RunStatus
@@ -125,9 +126,23 @@ def _chain_excepthook() -> None:
     def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
         global _uncaught
         _uncaught = exc
+        if isinstance(exc, KeyboardInterrupt):
+            tb = _without_our_signal_handler(tb)
         previous(exc_type, exc, tb)
 
     sys.excepthook = hook
+
+
+def _without_our_signal_handler(tb: TracebackType | None) -> TracebackType | None:
+    """Ctrl-C's traceback as without openruns: it ends in the user's frame the signal came to,
+    not in `_on_signal`, which closed the runs and chained to Python's handler (issue 24)."""
+    entry, last = tb, None
+    while entry is not None:
+        if entry.tb_frame.f_code is _on_signal.__code__ and last is not None:
+            last.tb_next = None
+            break
+        last, entry = entry, entry.tb_next
+    return tb
 
 
 def _after_fork_in_child() -> None:

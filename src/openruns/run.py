@@ -410,12 +410,31 @@ class Run:
         with `status`. Idempotent: later calls return at once, concurrent ones wait for the first.
         An attached run only drains its own uploads.
         """
-        status = RunStatus(status)
+        self._finish(summary, RunStatus(status), error, timeout, said=True)
+
+    def _finish(
+        self,
+        summary: Mapping[str, Any] | None,
+        status: RunStatus,
+        error: str | None,
+        timeout: float | None,
+        said: bool,
+    ) -> None:
+        """finish(); `said`: asked for by the caller (not an exit hook), so asking for another
+        status once the run is closed is warned about rather than silently dropped (issue 24)."""
         if not status.is_terminal():
             raise ValueError(f"finish() needs a terminal status, got {status.value!r}")
         with self._finish_lock:
             if self._finishing:
-                return  # finished, or re-entered from a signal handler while finishing
+                # Finished, or re-entered from a signal handler while finishing.
+                if said and status is not self._status:
+                    logger.warning(
+                        "openruns: run %s is already %s; finish(status=%r) is ignored",
+                        self._id,
+                        self._status.value,
+                        status.value,
+                    )
+                return
             if summary is not None:
                 if not isinstance(summary, Mapping):
                     raise TypeError(f"summary must be a mapping, got {type(summary).__name__}")
@@ -431,9 +450,12 @@ class Run:
     def fail(self, error: str | BaseException, *, timeout: float | None = None) -> None:
         """finish() with status failed and `error` ("<Type>: <message>" for an exception; its
         traceback goes to the run's console output, the Logs tab)."""
+        self._fail(error, timeout, said=True)
+
+    def _fail(self, error: str | BaseException, timeout: float | None, said: bool) -> None:
         if isinstance(error, BaseException) and not self._finishing:
             self._log_traceback(error)
-        self.finish(status=RunStatus.FAILED, error=_describe(error), timeout=timeout)
+        self._finish(None, RunStatus.FAILED, _describe(error), timeout, said)
 
     def _reported_error(self) -> str | None:
         """The first fatal error a process attached to this run reported (for a launcher that
@@ -548,7 +570,7 @@ class Run:
         if exception is not None and not self._finishing:
             self._log_traceback(exception)
         try:
-            self.finish(status=status, error=error, timeout=budget)
+            self._finish(None, status, error, budget, said=False)
         except Exception:
             logger.exception("openruns: closing run %s at exit failed", self._id)
 
@@ -576,12 +598,14 @@ class Run:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         try:
+            # Quiet when the body already closed the run (e.g. with fail()): that status stays.
             if exc is None:
-                self.finish()
+                self._finish(None, RunStatus.COMPLETED, None, None, said=False)
             elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
-                self.finish(status=RunStatus.CANCELLED, error=f"interrupted ({exc_type.__name__})")
+                error = f"interrupted ({exc_type.__name__})"
+                self._finish(None, RunStatus.CANCELLED, error, None, said=False)
             else:
-                self.fail(exc)
+                self._fail(exc, None, said=False)
         except OpenrunsError:
             if exc is None:
                 raise

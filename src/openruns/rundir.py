@@ -63,6 +63,7 @@ __all__ = [
     "read_batch",
     "read_index",
     "read_json",
+    "remove_delivered",
     "read_record",
     "segment_paths",
     "upload_target",
@@ -352,6 +353,42 @@ def _forget_acks_if_empty(stream_dir: Path) -> None:
     """With no segment left (of any writer), the acknowledgements refer to nothing."""
     if not segment_paths(stream_dir):
         (stream_dir / "acked.ndjson").unlink(missing_ok=True)
+
+
+def remove_delivered(run_dir: Path, *, parent: bool = False) -> bool:
+    """
+    Remove an online run's directory once the server has everything (issue 24: an online run
+    that delivered everything leaves nothing behind); with `parent`, its parent too when that
+    is left empty (the default `./openruns-runs`, made for it).
+    Only what describes delivered data goes (run.json, writers' and reports' records, the
+    acknowledgement lists); a segment left by any writer keeps the directory, with all it holds,
+    for `openruns sync`. True when the directory is gone.
+    """
+    if any(segment_paths(run_dir / stream) for stream in STREAMS):
+        return False
+    for stream in STREAMS:
+        (run_dir / stream / "acked.ndjson").unlink(missing_ok=True)
+    for folder in ("writers", "reports"):
+        for path in (run_dir / folder).glob("*.json"):
+            path.unlink(missing_ok=True)
+    (run_dir / "run.json").unlink(missing_ok=True)
+    for path in [*(run_dir / s for s in STREAMS), run_dir / "writers", run_dir / "reports"]:
+        _rmdir(path)
+    gone = _rmdir(run_dir)
+    if gone and parent:
+        _rmdir(run_dir.parent)
+    return gone
+
+
+def _rmdir(path: Path) -> bool:
+    """Remove `path` if it is an empty directory; True when it is not there afterwards."""
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:  # not empty (another writer, another run), or not ours to remove
+        return False
+    return True
 
 
 def acked_keys(stream_dir: Path) -> set[str]:

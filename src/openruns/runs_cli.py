@@ -28,8 +28,9 @@ PROG = "openruns runs"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--base-url", help="the server (default: OPENRUNS_BASE_URL, config file)")
-    parser.add_argument("--api-key", help="an API key (default: OPENRUNS_API_KEY, config file)")
+    from .cli import add_server_options
+
+    add_server_options(parser)
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     create = sub.add_parser(
@@ -90,6 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show.add_argument("run_id", metavar="ID")
     show.add_argument("--json", action="store_true", help="the run as JSON")
 
+    for action in (create, finish, ls, show):
+        add_server_options(action, nested=True)
+
 
 def run(args: argparse.Namespace) -> int:
     from .errors import ConfigurationError, ConflictError, OpenrunsError
@@ -105,16 +109,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from .errors import ConfigurationError
-    from .settings import Settings
+    from .cli import server_settings
     from .upload.wire import WireClient
 
-    settings = Settings.resolve({"base_url": args.base_url, "api_key": args.api_key})
-    if not settings.base_url:
-        raise ConfigurationError(
-            "no openruns server: pass --base-url or set OPENRUNS_BASE_URL "
-            "(e.g. http://127.0.0.1:8765)"
-        )
+    settings = server_settings(args)
     return WireClient.from_settings(settings), settings
 
 
@@ -226,9 +224,13 @@ def _show(args: argparse.Namespace) -> int:
     for key in ("id", "name", "kind", "status", "error", "model", "framework", "description"):
         if doc.get(key) is not None:
             print(f"{key}: {doc[key]}")
-    for key in ("tags", "environments", "summary"):
-        if doc.get(key):
-            print(f"{key}: {orjson.dumps(doc[key]).decode()}")
+    summary = {k: v for k, v in (doc.get("summary") or {}).items() if k != "prime_runs"}
+    summary = {k: v for k, v in summary.items() if not k.startswith("prime_runs/")}
+    for key, value in (("tags", doc.get("tags")), ("environments", doc.get("environments"))):
+        if value:
+            print(f"{key}: {orjson.dumps(value).decode()}")
+    if summary:  # without the prime-runs SDK's own bookkeeping (prime_runs/...), issue 24
+        print(f"summary: {orjson.dumps(summary).decode()}")
     if doc.get("config"):
         print(f"config: {doc['config'].get('filename') or doc['config'].get('format')}")
     print(f"created: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(doc['created_at']))}")

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -21,6 +22,7 @@ from .errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_DIR",
+    "DEFAULT_SERVER_URL",
     "MODE_ENV",
     "TRACES_OPT_OUT_ENV",
     "Mode",
@@ -53,6 +55,9 @@ _NONZERO = ("max_queued_records", "upload_buffer_bytes", "request_timeout", "con
 # Not "openruns": a directory of that name in the working directory would shadow the package
 # for `import openruns` in any interpreter that does not have it installed.
 DEFAULT_DIR = "openruns-runs"
+# Where `openruns server` listens by default (server/config.py: 127.0.0.1, DEFAULT_PORT): the
+# server `openruns sync` and `openruns runs` talk to when none is set (issue 24).
+DEFAULT_SERVER_URL = "http://127.0.0.1:8765"
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,8 @@ class Settings:
       `openruns run` / `openruns launch` what their commands print, with the run (console.py):
       the `logs` stream of the run directory, sent to the server like metrics and shown on the
       dashboard's Logs tab. Default true. A failed run's traceback is kept either way.
+    - `origins`: not a setting: where each value came from (`OPENRUNS_MODE`, `the mode=
+      argument`, ...), so that a message about a value names what set it (issue 24).
     """
 
     mode: Mode = "offline"
@@ -107,6 +114,9 @@ class Settings:
     retry_timeout: float = 30.0
     system_metrics_interval: float = 10.0
     capture_console: bool = True
+    origins: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
+    )
 
     @classmethod
     def resolve(
@@ -126,21 +136,28 @@ class Settings:
                 f"known keys are {sorted(known)}"
             )
         values: dict[str, Any] = {}
+        origins: dict[str, str] = {}
         for f in fields(cls):
+            if f.name == "origins":
+                continue
             given = arguments.get(f.name)
-            env_value = env.get(f"OPENRUNS_{f.name.upper()}")
-            if env_value in (None, ""):
-                prime = (env[n] for n in _PRIME_ENV.get(f.name, ()) if env.get(n))
-                env_value = next(prime, None)
+            names = (f"OPENRUNS_{f.name.upper()}", *_PRIME_ENV.get(f.name, ()))
+            env_name = next((n for n in names if env.get(n)), None)
             if given is not None:
-                values[f.name] = given
-            elif env_value not in (None, ""):
-                values[f.name] = env_value
+                values[f.name], origins[f.name] = given, f"the {f.name}= argument"
+            elif env_name is not None:
+                values[f.name], origins[f.name] = env[env_name], env_name
             elif f.name in file_values:
                 values[f.name] = file_values[f.name]
+                origins[f.name] = f"{f.name} in {config_file_path(env)}"
         if "mode" not in values:
             values["mode"] = "online" if values.get("base_url") else "offline"
-        return cls(**_validated(values))
+        values = _validated(values, origins)
+        return cls(**values, origins=MappingProxyType(origins))
+
+    def origin(self, name: str) -> str:
+        """What set `name`, for messages: `OPENRUNS_BASE_URL`, `the base_url= argument`, ..."""
+        return self.origins.get(name) or f"the default {name}"
 
 
 def config_file_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -166,20 +183,37 @@ def _server_url(value: str) -> str:
     url = urlsplit(value.strip())
     if url.scheme not in ("http", "https") or not url.hostname:
         hint = "" if "://" in value else f" (did you mean http://{value.strip()}?)"
-        raise ConfigurationError(
-            f"base_url must be an http:// or https:// URL with a host, got {value!r}{hint}"
+        raise _Invalid(
+            "base_url",
+            f"base_url must be an http:// or https:// URL with a host, got {value!r}{hint}",
         )
     try:
         url.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError as exc:
-        raise ConfigurationError(f"base_url has an invalid port: {value!r}") from exc
+        raise _Invalid("base_url", f"base_url has an invalid port: {value!r}") from exc
     return value.strip().rstrip("/").removesuffix("/api/v1")
 
 
-def _validated(values: dict[str, Any]) -> dict[str, Any]:
+def _validated(values: dict[str, Any], origins: Mapping[str, str]) -> dict[str, Any]:
+    try:
+        return _checked(values)
+    except _Invalid as exc:
+        where = origins.get(exc.name)
+        raise ConfigurationError(f"{exc} (set by {where})" if where else str(exc)) from None
+
+
+class _Invalid(ConfigurationError):
+    """A value that is wrong; `_validated` names what set it."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(message)
+        self.name = name
+
+
+def _checked(values: dict[str, Any]) -> dict[str, Any]:
     mode = str(values["mode"]).strip().lower()
     if mode not in _MODES:
-        raise ConfigurationError(f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
+        raise _Invalid("mode", f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
     values["mode"] = mode
     if mode == "online" and not values.get("base_url"):
         raise ConfigurationError(
@@ -190,7 +224,7 @@ def _validated(values: dict[str, Any]) -> dict[str, Any]:
     if "on_error" in values:
         on_error = str(values["on_error"]).strip().lower()
         if on_error not in ("warn", "raise"):
-            raise ConfigurationError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
+            raise _Invalid("on_error", f"on_error must be 'warn' or 'raise', got {on_error!r}")
         values["on_error"] = on_error
     if values.get("base_url"):
         values["base_url"] = _server_url(str(values["base_url"]))
@@ -207,21 +241,23 @@ def _validated(values: dict[str, Any]) -> dict[str, Any]:
             try:
                 values[name] = kind(values[name])
             except (TypeError, ValueError) as exc:
-                raise ConfigurationError(f"{name} must be a number, got {values[name]!r}") from exc
+                raise _Invalid(name, f"{name} must be a number, got {values[name]!r}") from exc
             if values[name] < 0 or (name in _NONZERO and values[name] == 0):
-                raise ConfigurationError(f"{name} must be positive, got {values[name]!r}")
+                raise _Invalid(name, f"{name} must be positive, got {values[name]!r}")
     if "system_metrics_interval" in values:
         try:
             interval = float(values["system_metrics_interval"])
         except (TypeError, ValueError) as exc:
-            raise ConfigurationError(
+            raise _Invalid(
+                "system_metrics_interval",
                 f"system_metrics_interval must be a number of seconds (0: off), "
-                f"got {values['system_metrics_interval']!r}"
+                f"got {values['system_metrics_interval']!r}",
             ) from exc
         if not 0 <= interval < float("inf"):
-            raise ConfigurationError(
+            raise _Invalid(
+                "system_metrics_interval",
                 f"system_metrics_interval must be 0 (off) or a positive number of seconds, "
-                f"got {values['system_metrics_interval']!r}"
+                f"got {values['system_metrics_interval']!r}",
             )
         values["system_metrics_interval"] = interval
     if "capture_console" in values:
@@ -237,7 +273,7 @@ def _flag(name: str, value: Any) -> bool:
     text = str(value).strip().lower()
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
-    raise ConfigurationError(f"{name} must be true or false, got {value!r}")
+    raise _Invalid(name, f"{name} must be true or false, got {value!r}")
 
 
 def traces_opt_out(argument: bool | None, environ: Mapping[str, str] | None = None) -> bool:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +35,7 @@ from .rundir import (
     read_json,
     segment_paths,
 )
-from .settings import DEFAULT_DIR, Settings
+from .settings import DEFAULT_DIR
 from .spec import RunStatus
 from .upload.wire import Disposition, WireClient, disposition, retrying
 
@@ -49,8 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         help=f"run directories, or directories of runs (default: ./{DEFAULT_DIR})",
     )
-    parser.add_argument("--base-url", help="the server (default: OPENRUNS_BASE_URL)")
-    parser.add_argument("--api-key", help="an API key (default: OPENRUNS_API_KEY)")
+    from .cli import add_server_options
+
+    add_server_options(parser)
     parser.add_argument(
         "--parallel", type=int, default=4, help="runs uploaded at once (default: 4)"
     )
@@ -72,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    settings = Settings.resolve({"base_url": args.base_url, "api_key": args.api_key})
-    if not settings.base_url:
-        sys.exit("openruns sync: no server; pass --base-url or set OPENRUNS_BASE_URL")
+    from .cli import server_settings
+
+    settings = server_settings(args)
     run_dirs = find_run_dirs([Path(p) for p in args.paths] or [Path(settings.dir)])
     if not run_dirs:
         print("openruns sync: no runs found")
@@ -86,13 +86,18 @@ def run(args: argparse.Namespace) -> int:
     ) as progress:
 
         def one(run_dir: Path) -> SyncResult:
-            task = progress.add_task(run_dir.name, total=None)
+            tasks = []  # a bar only for a run with batches to send: never a 0/0 (issue 24)
+
+            def on_total(n: int) -> None:
+                if n:
+                    tasks.append(progress.add_task(run_dir.name, total=n))
+
             return sync_run(
                 wire,
                 run_dir,
                 retry_timeout=settings.retry_timeout,
-                on_total=lambda n: progress.update(task, total=n),
-                on_batch=lambda: progress.advance(task),
+                on_total=on_total,
+                on_batch=lambda: progress.advance(tasks[0]),
             )
 
         with ThreadPoolExecutor(max(1, args.parallel)) as pool:
@@ -100,14 +105,19 @@ def run(args: argparse.Namespace) -> int:
     failed = False
     for result in results:
         line = (
-            f"{result.run_id}: {result.batches} batches ({result.records} records) uploaded, "
-            f"{result.skipped} already there, status {result.status or '-'}"
+            f"{result.run_id}: {_count(result.batches, 'batch', 'batches')} "
+            f"({_count(result.records, 'record')}) uploaded, {result.skipped} already there, "
+            f"status {result.status or '-'}"
         )
         if result.rejected or result.errors:
             failed = True
             line += f"; {result.rejected} rejected; " + "; ".join(result.errors)
         print(line)
     return 1 if failed else 0
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def find_run_dirs(paths: Iterable[Path]) -> list[Path]:

@@ -12,6 +12,7 @@ from openruns import ConfigurationError, NotFoundError, UnauthorizedError
 from openruns.api import Client
 from openruns.server import serve_in_thread
 
+from .. import patience
 from ..server.helpers import api, create_run, episode, metric_rows, ndjson, upload
 
 
@@ -109,6 +110,6 @@ def test_the_read_client_never_imports_the_server():
         env={**os.environ, "PYTHONPATH": src},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=patience.EXIT,
     )
     assert done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from .. import patience
 from ..procs import default_signals
 
 pytest.importorskip("fastapi", reason="the server extra is needed to serve the runs")
@@ -46,7 +47,7 @@ def env_for(server: Any, tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def python(
-    code: str, env: dict[str, str], cwd: Path, timeout: float = 60
+    code: str, env: dict[str, str], cwd: Path, timeout: float = patience.EXIT
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
@@ -67,6 +68,6 @@ def cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProce
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=patience.EXIT,
         preexec_fn=default_signals,
     )

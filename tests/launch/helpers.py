@@ -12,6 +12,7 @@ from typing import Any
 
 from openruns.rundir import read_json
 
+from .. import patience
 from ..procs import default_signals, track
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -22,7 +23,7 @@ def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def openruns_cli(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = patience.EXIT
 ) -> subprocess.CompletedProcess[str]:
     """Run `openruns ARGS` (as `python -m openruns.cli`) to completion."""
     return subprocess.run(
@@ -65,7 +66,7 @@ def the_run(runs: Path) -> tuple[Path, dict[str, Any]]:
     return dirs[0], doc
 
 
-def wait_for(path: Path, timeout: float = 30) -> None:
+def wait_for(path: Path, timeout: float = patience.START) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"

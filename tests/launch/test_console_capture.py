@@ -11,6 +11,7 @@ import textwrap
 
 from openruns.rundir import iter_stream
 
+from .. import patience
 from .helpers import cli_env, openruns_cli, script, the_run
 
 CAPTURE_ON = {"OPENRUNS_CAPTURE_CONSOLE": "1"}
@@ -41,7 +42,7 @@ def test_the_owners_prints_and_the_traceback_of_its_failure_go_with_the_run(tmp_
         env=cli_env(CAPTURE_ON),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=patience.EXIT,
     )
     assert proc.returncode == 1
     assert "hello from the owner" in proc.stdout  # the terminal still has it
@@ -73,7 +74,7 @@ def test_an_uncaught_exception_sends_its_traceback_when_the_run_crashes(tmp_path
         env=cli_env(CAPTURE_ON),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=patience.EXIT,
     )
     assert proc.returncode == 1 and "KeyError" in proc.stderr
     run_dir, doc = the_run(tmp_path / "runs")
@@ -93,7 +94,7 @@ def test_capture_off_keeps_nothing(tmp_path):
         env=cli_env({"OPENRUNS_CAPTURE_CONSOLE": "0"}),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=patience.EXIT,
     )
     run_dir, _ = the_run(tmp_path / "runs")
     # The traceback of the failure is kept (it is the run's, not the console's); prints are not.

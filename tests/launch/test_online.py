@@ -11,6 +11,7 @@ import pytest
 
 from openruns.cli import main as openruns_main
 
+from .. import patience
 from .helpers import cli_env, openruns_cli, script
 
 pytest.importorskip("fastapi", reason="the server extra is needed to serve the run")
@@ -62,7 +63,7 @@ def test_online_run_children_attach_with_the_run_token(tmp_path, auth_server):
     with httpx.Client(base_url=url + "/api/v1", headers={"Authorization": f"Bearer {key}"}) as api:
         doc = api.get(f"/runs/{seen['id']}").raise_for_status().json()
         assert (doc["name"], doc["status"]) == ("online-job", "failed")
-        assert doc["error"] == "RuntimeError: The job step exited with code 3"
+        assert doc["error"] == "the command exited with code 3"
         episodes = api.get(f"/runs/{seen['id']}/episodes").raise_for_status().json()
         assert [e["id"] for e in episodes["items"]] == ["e1"]
 
@@ -137,7 +138,7 @@ def test_online_console_lines_reach_the_server_and_sync_sends_offline_ones(tmp_p
         )
         done = subprocess.run(
             [sys.executable, offline], cwd=tmp_path, capture_output=True, text=True,
-            env=cli_env({"OPENRUNS_CAPTURE_CONSOLE": "1"}), timeout=60,
+            env=cli_env({"OPENRUNS_CAPTURE_CONSOLE": "1"}), timeout=patience.EXIT,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         synced = openruns_cli("sync", "off", cwd=tmp_path, env=env)

@@ -16,6 +16,7 @@ import zstandard
 
 from openruns.monitors import FileMonitorConfig, FileMonitorReader, Monitors, MonitorsConfig
 
+from .. import patience
 from .helpers import episode
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -120,7 +121,7 @@ def test_a_crash_mid_chunk_leaves_a_readable_stream_that_a_relaunch_recovers(tmp
         [sys.executable, "-c", textwrap.dedent(code)],
         env={**os.environ, "PYTHONPATH": SRC},
         capture_output=True,
-        timeout=60,
+        timeout=patience.EXIT,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     stream = tmp_path / "monitors" / "file" / "episodes"

@@ -13,6 +13,7 @@ from pathlib import Path
 from openruns.monitors import Monitors, MonitorsConfig, OpenrunsMonitorConfig, run_links
 from openruns.rundir import iter_stream, read_json
 
+from .. import patience
 from .helpers import episode
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -92,11 +93,11 @@ def test_under_a_launcher_it_attaches_and_only_flushes(tmp_path):
         [sys.executable, "-m", "openruns.cli", "run", "--mode", "offline", "--dir", "runs",
          "--", sys.executable, "component.py"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": SRC}, capture_output=True, text=True,
-        timeout=60,
+        timeout=patience.EXIT,
     )  # fmt: skip
     assert proc.returncode == 3, proc.stderr
     run_dir, doc = _the_run(tmp_path / "runs")
-    assert doc["error"] == "RuntimeError: The job step exited with code 3"
+    assert doc["error"] == "the command exited with code 3"
     assert [e["id"] for e in iter_stream(run_dir, "episodes")] == ["ep-0", "ep-1"]
     assert [r["values"] for r in iter_stream(run_dir, "metrics")] == [{"loss": 1.0}]
     # The component's own files sit beside the run.

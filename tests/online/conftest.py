@@ -16,6 +16,8 @@ import pytest
 
 from openruns.server import serve_in_thread
 
+from .. import patience
+
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
@@ -55,7 +57,7 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             text=True,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + patience.START
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if re.search(r"listening on http://", line):

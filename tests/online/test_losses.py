@@ -16,6 +16,7 @@ from openruns.server.config import ServerSettings
 from openruns.sync import sync_run
 from openruns.upload.wire import WireClient
 
+from .. import patience
 from .conftest import all_episodes, get
 from .faultproxy import FaultProxy
 
@@ -175,7 +176,7 @@ def test_a_server_restart_does_not_crash_runs_for_its_own_downtime(server_proces
         time.sleep(4)  # longer than the timeout, while nobody could heartbeat
         proc.start()
         assert api.get(f"/runs/{run_id}").json()["status"] == "running"
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + patience.SETTLE
         while api.get(f"/runs/{run_id}").json()["status"] == "running":
             assert time.monotonic() < deadline, "a silent run must still become crashed"
             time.sleep(0.5)

@@ -13,6 +13,7 @@ import pytest
 import openruns
 from openruns.upload import pipeline as sdk_pipeline
 
+from .. import patience
 from ..procs import track
 from .conftest import SRC, all_episodes, get, metric_points
 from .faultproxy import FaultProxy
@@ -166,7 +167,7 @@ time.sleep(60)
     producer.send_signal(signal.SIGKILL)
     producer.wait(10)
     producer.stdout.close()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + patience.SETTLE
     while time.monotonic() < deadline:
         doc = get(proc.url, f"/runs/{run_id}")
         if doc["status"] != "running":

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from tests import patience
 from tests.online.faultproxy import FaultProxy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +62,7 @@ def run_sdk(
         cwd=home,
         capture_output=True,
         text=True,
-        timeout=90,
+        timeout=patience.EXIT,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr

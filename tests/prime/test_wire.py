@@ -254,6 +254,19 @@ def test_bare_traces_and_a_batch_spanning_two_runs(server):
             assert [row["id"] for row in page["items"]] == [trace_id]
 
 
+def test_the_platforms_run_links_open_the_runs_page_here(server):
+    """prime-runs prints <PRIME_FRONTEND_URL>/dashboard/training/<id> (issue 24)."""
+    with _api(server.url) as http:
+        run_id = _train(http)
+    with httpx.Client(base_url=server.url, timeout=30) as browser:
+        for kind in ("training", "evaluations"):
+            link = browser.get(f"/dashboard/{kind}/{run_id}")
+            assert (link.status_code, link.headers["location"]) == (308, f"/runs/{run_id}")
+        assert (
+            browser.get(f"/dashboard/training/{run_id}", follow_redirects=True).status_code == 200
+        )
+
+
 # -- teams and keys ------------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from openruns.rundir import iter_stream, read_json
 
+from .. import patience
 from ..procs import default_signals, track
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -36,7 +37,7 @@ def python(
     code: str,
     cwd: Path,
     env: dict[str, str] | None = None,
-    timeout: float = 60,
+    timeout: float = patience.EXIT,
     argv: list[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `code` (with `argv` as sys.argv[1:]) in a fresh interpreter with the project's

@@ -22,6 +22,7 @@ from openruns.console import (
     traceback_record,
 )
 
+from .. import patience
 from .helpers import only_run_dir, python, records
 
 
@@ -149,7 +150,7 @@ def test_a_childs_pipes_are_read_from_another_process_so_a_crash_loses_nothing(t
             PipeTee(child.stdout, terminal.fileno(), "stdout", "job step", emitted.extend).start(),
             PipeTee(child.stderr, terminal.fileno(), "stderr", "job step", emitted.extend).start(),
         ]
-        assert child.wait(timeout=60) < 0  # killed by SIGABRT
+        assert child.wait(timeout=patience.EXIT) < 0  # killed by SIGABRT
         for tee in tees:
             tee.join(timeout=30)
     assert sorted(lines_of(emitted)) == [
@@ -169,7 +170,7 @@ def test_followed_files_become_output_lines_per_component(tmp_path):
     follower.follow("trainer", trainer)
     follower.follow("orchestrator", orchestrator)  # not created yet
     follower.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + patience.SETTLE
     while not emitted and time.monotonic() < deadline:
         time.sleep(0.02)
     with trainer.open("a") as fh:
@@ -200,12 +201,12 @@ def test_the_capture_thread_sleeps_until_written_to(tmp_path: Path):
     capture = ConsoleCapture(emitted.extend, flush_interval=0.01)
     capture.start()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + patience.SETTLE
         while not capture._sleeping and time.monotonic() < deadline:
             time.sleep(0.01)
         assert capture._sleeping  # idle: blocked on the wake pipe, not polling
         print("wake up")
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + patience.SETTLE
         while not emitted and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
@@ -227,7 +228,7 @@ def test_a_fork_after_stop_closes_none_of_the_childs_descriptors(tmp_path):
             preexec_fn=lambda: None,  # runs Python's fork hooks in the child
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=patience.EXIT,
         )
         assert done.stdout == "ok\n"
 
@@ -300,7 +301,7 @@ def test_a_pipe_read_faster_than_its_interval_is_handed_on_in_bounded_batches(
         for i in range(50):
             os.write(write_fd, f"line {i:04d}\n".encode())  # 500 bytes, in 50 reads or fewer
         # Handed on before the pipe ends and long before the interval: the bound did it.
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + patience.SETTLE
         while not batches and time.monotonic() < deadline:
             time.sleep(0.01)
         assert batches

@@ -9,6 +9,7 @@ import pytest
 
 from openruns.settings import DEFAULT_DIR
 
+from .. import patience
 from .helpers import only_run_dir, python, run_json, spawn
 
 OPEN = """
@@ -94,7 +95,7 @@ def test_records_logged_before_atexit_are_written(tmp_path):
     assert len(records(run_dir, "metrics")) == 1
 
 
-def _wait_for_line(proc, text: str, timeout: float = 30.0) -> None:
+def _wait_for_line(proc, text: str, timeout: float = patience.START) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
@@ -126,7 +127,7 @@ time.sleep(30)
     proc = spawn(code, tmp_path)
     _wait_for_line(proc, "ready")
     proc.send_signal(signum)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=patience.EXIT)
     assert "previous handler ran" in out, err
     assert proc.returncode == 7
     name = signal.Signals(signum).name
@@ -137,7 +138,7 @@ def test_sigterm_with_default_handler_kills_the_process_after_closing_the_run(tm
     proc = spawn(OPEN + "print('ready', flush=True)\nimport time\ntime.sleep(30)\n", tmp_path)
     _wait_for_line(proc, "ready")
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=30)
+    proc.communicate(timeout=patience.EXIT)
     assert proc.returncode == -signal.SIGTERM  # the default disposition still applies
     assert _status(tmp_path) == ("crashed", "terminated by SIGTERM")
 
@@ -157,8 +158,32 @@ except KeyboardInterrupt:
     proc = spawn(code, tmp_path)
     _wait_for_line(proc, "ready")
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=patience.EXIT)
     assert "KeyboardInterrupt raised" in out, err
+    assert _status(tmp_path) == ("cancelled", "terminated by SIGINT")
+
+
+def test_ctrl_c_traceback_ends_in_the_users_frame_not_in_openruns(tmp_path):
+    code = (
+        OPEN
+        + """
+import time
+
+def train():
+    print("ready", flush=True)
+    time.sleep(30)
+
+train()
+"""
+    )
+    proc = spawn(code, tmp_path)
+    _wait_for_line(proc, "ready")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=patience.EXIT)
+    frames = [line.strip() for line in err.splitlines() if line.strip().startswith("File ")]
+    assert err.rstrip().endswith("KeyboardInterrupt"), err
+    assert frames and frames[-1].endswith("in train"), err  # the user's frame, not _on_signal
+    assert "openruns" not in " ".join(frames), err
     assert _status(tmp_path) == ("cancelled", "terminated by SIGINT")
 
 

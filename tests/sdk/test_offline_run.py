@@ -242,3 +242,26 @@ def test_deep_copies_are_not_needed_for_metrics(tmp_path):
     values["a"] = 2  # the call took a shallow copy
     run.finish()
     assert records(run.dir, "metrics")[0]["values"] == {"a": 1}
+
+
+def test_another_status_asked_after_the_finish_is_warned_about_and_ignored(tmp_path, caplog):
+    run = openruns.init(kind="eval", mode="offline", dir=tmp_path)
+    run.finish()
+    with caplog.at_level(logging.WARNING, logger="openruns"):
+        run.finish(status="failed", error="too late")
+        run.finish()  # the same status again: nothing to say
+    warned = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
+    assert warned == [
+        f"openruns: run {run.id} is already completed; finish(status='failed') is ignored"
+    ]
+    assert run_json(run.dir)["status"] == "completed"
+
+
+def test_a_with_block_that_failed_its_run_keeps_that_status_without_a_warning(tmp_path, caplog):
+    with (
+        caplog.at_level(logging.WARNING, logger="openruns"),
+        openruns.init(kind="eval", mode="offline", dir=tmp_path) as run,
+    ):
+        run.fail("ValueError: bad data")
+    assert not [r for r in caplog.records if "ignored" in r.getMessage()]
+    assert run_json(run.dir)["status"] == "failed"

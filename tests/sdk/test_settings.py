@@ -49,6 +49,30 @@ def test_invalid_values_name_the_setting(tmp_path, args, message):
         _resolve(tmp_path, args)
 
 
+@pytest.mark.parametrize(
+    ("env", "file_text", "args", "named"),
+    [
+        ({"OPENRUNS_MODE": "bogus"}, None, {}, "(set by OPENRUNS_MODE)"),
+        ({"PRIME_RUNS_MODE": "bogus"}, None, {}, "(set by PRIME_RUNS_MODE)"),
+        ({}, 'mode = "bogus"\n', {}, "(set by mode in "),
+        ({"OPENRUNS_MODE": "offline"}, None, {"mode": "bogus"}, "(set by the mode= argument)"),
+        ({"OPENRUNS_CONNECT_TIMEOUT": "-3"}, None, {}, "(set by OPENRUNS_CONNECT_TIMEOUT)"),
+    ],
+)
+def test_an_invalid_value_names_what_set_it(tmp_path, env, file_text, args, named):
+    with pytest.raises(ConfigurationError) as raised:
+        _resolve(tmp_path, args, env, file_text)
+    assert named in str(raised.value)
+
+
+@pytest.mark.parametrize("argument", ["name", "model", "framework", "description"])
+def test_a_text_argument_that_is_not_text_is_refused_before_anything_is_sent(tmp_path, argument):
+    with pytest.raises(ConfigurationError, match=f"{argument} must be a string, got int 123"):
+        # A server that is not there: a check left to the server would fail otherwise.
+        openruns.init(**{argument: 123}, base_url="http://127.0.0.1:9", dir=tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_unknown_config_file_keys_are_an_error(tmp_path):
     with pytest.raises(ConfigurationError, match="unknown keys \\['colour'\\]"):
         _resolve(tmp_path, file_text='colour = "blue"\n')

@@ -13,6 +13,7 @@ import pytest
 import openruns
 from openruns.system import GpuSampler, SystemSampler, process_prefix
 
+from .. import patience
 from .helpers import only_run_dir, records
 
 GiB = 1024**3
@@ -125,7 +126,7 @@ def test_one_thread_samples_each_interval_and_stops_at_once():
     sampler.start()  # a second start starts nothing
     threads = [t for t in threading.enumerate() if t.name == "openruns-system"]
     assert len(threads) == 1
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + patience.SETTLE
     while len(logged) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(logged) >= 3
@@ -168,7 +169,7 @@ def test_a_forked_child_never_samples():
 
 def test_a_run_logs_system_rows_without_a_step(tmp_path):
     run = openruns.init(mode="offline", dir=tmp_path, system_metrics_interval=0.2)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + patience.SETTLE
     while run._system.samples < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     run.finish()

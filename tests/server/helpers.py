@@ -19,6 +19,8 @@ import zstandard
 
 from openruns.rundir import batch_key
 
+from .. import patience
+
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
@@ -113,7 +115,7 @@ class ServerProcess:
         with self.log.open("ab") as log:
             offset = log.tell()
             self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60  # its imports take seconds of CPU on a loaded machine
+        deadline = time.monotonic() + patience.START  # imports take a minute at load 20
         while time.monotonic() < deadline:
             output = self.log.read_bytes()[offset:].decode(errors="replace")
             match = re.search(r"openruns server listening on (http://\S+)", output)

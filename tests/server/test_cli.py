@@ -14,11 +14,12 @@ import httpx
 from openruns.cli import main as openruns_main
 from openruns.server.config import DEFAULT_PORT, default_data_dir
 
+from .. import patience
 from ..services import free_port
 from .helpers import SRC, ServerProcess
 
 
-def openruns(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def openruns(*args: str, timeout: float = patience.EXIT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "openruns.cli", *args],
         env={**os.environ, "PYTHONPATH": SRC},
@@ -111,7 +112,7 @@ def test_building_the_command_line_does_not_import_the_server_stack():
         env={**os.environ, "PYTHONPATH": SRC},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=patience.EXIT,
     )
     assert "HEAVY []" in done.stdout, done.stdout + done.stderr
     assert "OPENRUNS_<NAME>" in done.stdout and f"(default: {DEFAULT_PORT})" in done.stdout

@@ -19,6 +19,7 @@ from sqlalchemy import select
 from openruns.rundir import batch_key
 from openruns.server.store.schema import episodes, segments
 
+from .. import patience
 from .helpers import ServerProcess, api, create_run, episode, metric_rows, ndjson, upload
 
 BATCHES = 60
@@ -65,12 +66,12 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_record_once(new_stores, tmp
         senders = [threading.Thread(target=send, args=(range(k, BATCHES, 2),)) for k in (0, 1)]
         for sender in senders:
             sender.start()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + patience.SETTLE
         while len(acked) < BATCHES // 3 and time.monotonic() < deadline:
             time.sleep(0.005)
         server.kill()
         for sender in senders:
-            sender.join(60)
+            sender.join(patience.SETTLE)
         assert BATCHES // 3 <= len(acked) < BATCHES, "the kill should land mid-stream"
 
         server.start()

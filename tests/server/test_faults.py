@@ -33,6 +33,7 @@ from sqlalchemy import create_engine
 from openruns.server import serve_in_thread
 from openruns.server.store import episodes as episodes_sql
 
+from .. import patience
 from .helpers import api, create_run, episode, error_of, metric_rows, ndjson, upload
 
 TMPFS_BYTES = 24 * 1024 * 1024
@@ -276,7 +277,7 @@ def test_a_client_that_hangs_up_mid_body_is_not_an_internal_error(make_server, c
                     "Content-Type: application/x-ndjson\r\n\r\n".encode()
                     + b'{"step": 1, "values": {"a": 1}}\n'
                 )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + patience.SETTLE
         while time.monotonic() < deadline and _hung_up(caplog) < len(paths):
             time.sleep(0.05)
         assert _hung_up(caplog) == len(paths)

@@ -11,7 +11,6 @@ from 127.0.0.1. Waits are bounded (socket timeouts), never asserted on.
 
 from __future__ import annotations
 
-import selectors
 import socket
 import threading
 import time
@@ -93,64 +92,42 @@ def test_tricklers_do_not_starve_a_real_upload(make_server):
     with api(server.url) as http:
         rid = create_run(http)["id"]
     path = f"/api/v1/runs/{rid}/metrics"
-    tricklers = []
-    for _ in range(40):
-        sock = _open(server.url)
-        sock.sendall(_headers("POST", path, 1 << 20) + b'{"step": 1')
-        tricklers.append(sock)
-    # Those over their caller's share are refused at once (429, the connection closed);
-    # before the fix those over the server's 32 slots were (503) and the rest held every slot.
-    refused = _answered(tricklers, at_least=40 - 8, within=15.0)
-    statuses = [status for status, _ in refused.values()]
-    assert statuses and set(statuses) == {429}, statuses
-    waiting = [sock for sock in tricklers if sock not in refused]
-
+    tricklers: list[socket.socket] = []
     stop = threading.Event()
 
-    def trickle() -> None:  # half of those admitted send a byte now and then, half stall
+    def trickle() -> None:  # half of them send a byte now and then, half stall
         while not stop.is_set():
-            for sock in waiting[::2]:
+            for sock in tricklers[::2]:
                 try:
                     sock.send(b" ")
                 except OSError:
-                    pass
+                    pass  # refused, or cut off: closed by the server
             stop.wait(0.3)
 
     thread = threading.Thread(target=trickle, daemon=True)
-    thread.start()
     try:
+        for _ in range(40):
+            sock = _open(server.url)
+            tricklers.append(sock)
+            sock.sendall(_headers("POST", path, 1 << 20) + b'{"step": 1')
+        thread.start()
         with api(server.url) as http:  # from 127.0.0.1: another caller
             response = upload(http, rid, "metrics", metric_rows(range(10), loss=1.0))
             assert response.status_code == 200, response.text
-        # Every admitted trickler is answered (408: too slow) and cut off, within a bounded
-        # wait.
-        for sock in waiting:
-            status, answer = _answer(sock)
-            assert status == 408 and _code(answer) == "body_too_slow", answer
+        # Those over their caller's share (8 slots) are refused (429, the connection closed);
+        # before the fix those over the server's 32 slots were (503) and the rest held every
+        # slot. Every admitted one is answered 408 (too slow) and cut off. Each answer is
+        # read once it comes, however long a loaded machine takes to get there (issue 24: on
+        # one, the first admitted ones reached their 5 s grace before the last were refused).
+        outcomes = [_answer(sock) for sock in tricklers]
+        codes = sorted((status, _code(answer)) for status, answer in outcomes)
+        assert codes == [(408, "body_too_slow")] * 8 + [(429, "too_many_uploads")] * 32, codes
     finally:
         stop.set()
-        thread.join(5)
+        if thread.is_alive():
+            thread.join(5)
         for sock in tricklers:
             sock.close()
-
-
-def _answered(
-    socks: list[socket.socket], at_least: int, within: float
-) -> dict[socket.socket, tuple[int | None, bytes]]:
-    """The sockets answered (and closed) until `at_least` of them are, or `within` seconds."""
-    selector = selectors.DefaultSelector()
-    for sock in socks:
-        selector.register(sock, selectors.EVENT_READ)
-    answered: dict[socket.socket, tuple[int | None, bytes]] = {}
-    deadline = time.monotonic() + within
-    while len(answered) < at_least and (left := deadline - time.monotonic()) > 0:
-        for key, _ in selector.select(left):
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
-            selector.unregister(sock)
-            answered[sock] = _answer(sock)
-    selector.close()
-    return answered
 
 
 def test_an_idle_upload_loses_its_slot_to_a_waiting_one(make_server):

@@ -9,6 +9,7 @@ import time
 import httpx
 import zstandard
 
+from .. import patience
 from .helpers import api, create_run, error_of, metric_rows, ndjson, upload
 
 KiB = 1024
@@ -84,7 +85,7 @@ def test_overload_answers_503_with_retry_after(make_server):
             # slot itself, and the holder would be the one refused.
             assert sent_first.wait(10)
             time.sleep(0.5)
-            deadline = time.monotonic() + 20  # generous: the holder must reach the gate first
+            deadline = time.monotonic() + patience.SETTLE  # the holder must reach the gate first
             while True:
                 response = upload(http, rid, "metrics", metric_rows([99], a=2.0))
                 if response.status_code == 503 or time.monotonic() > deadline:

@@ -18,7 +18,8 @@ def test_ingest_then_read_back_exactly(client, encoding):
     assert response.json() == {"status": "committed", "rows": 300, "receipt": batch_key(data)}
     keys = client.get(f"/runs/{rid}/metrics/keys").json()
     assert keys == [
-        {"key": k, "axis": "step", "last_step": 299, "last_ts": None, "last_value": v, "count": 300}
+        {"key": k, "label": k, "axis": "step", "last_step": 299, "last_ts": None}
+        | {"last_value": v, "count": 300}
         for k, v in (("loss", 1.0 / 300), ("step_time", 2.0))
     ]
     series = client.get(f"/runs/{rid}/metrics", params={"max_points": 0}).json()
@@ -77,6 +78,12 @@ def test_rows_without_a_step_are_kept_with_their_times(client):
     queue = keys[("inference/queue", "time")]
     assert (queue["last_ts"], queue["last_value"], queue["count"]) == (110.5, 110.0, 3)
     assert keys[("loss", "step")]["last_step"] == 2 and ("loss", "time") in keys
+    # Logged both ways, the key is listed twice, told apart by label (issue 24).
+    assert (keys[("loss", "step")]["label"], keys[("loss", "time")]["label"]) == (
+        "loss",
+        "loss (by time)",
+    )
+    assert keys[("inference/queue", "time")]["label"] == "inference/queue"  # only one way
     # A replay of the time-keyed batch changes nothing; a later row at the same ts replaces.
     upload(client, rid, "metrics", timed)
     upload(client, rid, "metrics", b'{"step": null, "ts": 105.5, "values": {"loss": 1}}\n')

@@ -18,6 +18,7 @@ from openruns.rundir import batch_key
 from openruns.server import serve_in_thread
 from openruns.server.store import runs as run_sql
 
+from .. import patience
 from .helpers import ServerProcess, api, create_run, upload
 from .test_durability import (
     BATCHES,
@@ -124,7 +125,7 @@ def test_killing_one_replica_mid_run_loses_nothing(replicas, shared_stores):
     producers = [threading.Thread(target=produce, args=(range(k, BATCHES, 2),)) for k in (0, 1)]
     for producer in producers:
         producer.start()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + patience.SETTLE
     while len(answered) < BATCHES // 3 and time.monotonic() < deadline:
         time.sleep(0.005)
     a.kill()
@@ -176,7 +177,7 @@ def watch_the_sweepers(url_a: str, url_b: str) -> None:
         silent = create_run(ha)["id"]
         beating = create_run(hb)["id"]
         crashed = None
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + patience.SETTLE
         while crashed is None and time.monotonic() < deadline:
             ha.post(f"/runs/{beating}/heartbeat")
             hb.post(f"/runs/{beating}/heartbeat")

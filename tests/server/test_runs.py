@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
+from .. import patience
 from .helpers import api, create_run, error_of
 
 
@@ -138,7 +139,7 @@ def test_silent_runs_become_crashed(make_server):
         finished = create_run(http)["id"]
         hosted = create_run(http, heartbeat=False)["id"]  # a scheduler's: no owner process
         http.post(f"/runs/{finished}/finish", json={"status": "completed"})
-        deadline = time.monotonic() + 60  # bounded; the silent run crashes after ~4 s
+        deadline = time.monotonic() + patience.SETTLE  # the silent run crashes after ~4 s
         while (crashed := http.get(f"/runs/{silent}").json())["status"] != "crashed":
             assert time.monotonic() < deadline, crashed
             assert http.post(f"/runs/{beating}/heartbeat").json() == {"status": "running"}

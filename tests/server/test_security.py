@@ -11,6 +11,7 @@ import logging
 import re
 
 import httpx
+import pytest
 
 from openruns.cli import main as openruns_main
 from openruns.server.auth import SESSION_COOKIE
@@ -152,8 +153,19 @@ def test_a_session_ends_after_its_lifetime(make_server, new_stores, capsys):
         assert session.get("/runs").status_code == 401
 
 
-def test_sign_in_is_rate_limited_per_address_and_takes_api_keys_only(teams):
-    server, keys, _ = teams
+@pytest.fixture(autouse=True)
+def _sign_in_refills_too_slowly_to_matter(monkeypatch):
+    """At load 20 a sign-in took longer than the real limit's 6 s refill, so the bucket refilled
+    between attempts and a test's last wrong try got in (issue 24)."""
+    monkeypatch.setattr("openruns.server.state.SIGN_IN_RATE", 1 / 3600)
+
+
+def test_sign_in_is_rate_limited_per_address_and_takes_api_keys_only(
+    make_server, new_stores, capsys
+):
+    stores = new_stores()
+    keys = {team: new_key(stores, team, capsys) for team in ("red", "blue")}
+    server = make_server(stores, auth=True)
     with api(server.url, keys["red"]) as red:
         run_token = create_run(red)["token"]
     assert error_of(sign_in(server.url, run_token))[:2] == (401, "unauthorized")

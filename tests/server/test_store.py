@@ -103,10 +103,10 @@ def test_key_stats_and_merge(store):
     )
     stats = store.db.read_sync(metric_sql.key_stats, run_seq)
     assert stats == [
-        {"key": "a", "axis": "step", "last_step": 69999, "last_ts": None, "last_value": 1.0,
-         "count": 70000},
-        {"key": "b", "axis": "step", "last_step": 3, "last_ts": None, "last_value": 2.0,
-         "count": 1},
+        {"key": "a", "label": "a", "axis": "step", "last_step": 69999, "last_ts": None,
+         "last_value": 1.0, "count": 70000},
+        {"key": "b", "label": "b", "axis": "step", "last_step": 3, "last_ts": None,
+         "last_value": 2.0, "count": 1},
     ]  # fmt: skip
     series, _ = store.db.read_sync(metric_sql.series, run_seq, ["a"], 4, 6, 0)
     assert series["a"]["value"] == [1.0, 9.0, 1.0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from playwright.sync_api import expect
 
@@ -39,6 +40,10 @@ def test_a_prime_eval_shows_its_config_summary_and_episodes(own_server, page, tm
     expect(page.locator("#run-header .badge").first).to_have_text("completed")
     expect(page.locator("#config-body")).to_contain_text('"temperature": 0.7')
     expect(page.locator("#summary-body")).to_contain_text("avg_reward")
+    # The SDK's own bookkeeping is stored with the run, not shown as its summary (issue 24).
+    stored = httpx.get(f"{server.url}/api/v1/runs/{run_id}", timeout=30).json()["summary"]
+    assert stored["prime_runs"] == {"traces_episodes_written": 3}, stored
+    expect(page.locator("#summary-body")).not_to_contain_text("prime_runs")
     expect(page.locator("#steps-table tbody tr").first).to_contain_text("step 0")
     page.goto(f"{server.url}/runs/{run_id}/steps/0")
     rows = page.locator("#episodes tbody tr")

@@ -9,6 +9,7 @@ import time
 
 from playwright.sync_api import expect
 
+from .. import patience
 from .seed import EPISODES_PER_STEP, OPENAI_CHAT, PLAIN_STRINGS, PROMPT_LISTS, UNKNOWN_SHAPE
 
 
@@ -170,7 +171,7 @@ def test_an_episode_pinned_in_one_run_beside_a_record_of_another(fresh_page, see
 
 def wait_searchable(page, run: str) -> None:
     """The index is built behind ingest: wait until the run has no record left to index."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + patience.SETTLE
     while time.monotonic() < deadline:
         body = page.request.get(f"/api/v1/runs/{run}/search?q=x").json()
         if body["pending"] == 0:

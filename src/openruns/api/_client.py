@@ -67,6 +67,15 @@ class Client:
     def run(self, run_id: str) -> dict[str, Any]:
         return cast(dict[str, Any], self._get(_run_path(run_id)))
 
+    def metric_keys(self, run_id: str) -> list[dict[str, Any]]:
+        """
+        Every metric key of a run: `{"key", "label", "axis", "last_step", "last_ts",
+        "last_value", "count"}` by key, `axis` "step" or "time" (the rows logged without a
+        step). A key logged both ways has an entry per axis, the time one labelled
+        `"<key> (by time)"`: show `label`, not `key`.
+        """
+        return cast(list[dict[str, Any]], self._get(f"{_run_path(run_id)}/metrics/keys"))
+
     def metrics(
         self,
         run_id: str,

@@ -5,7 +5,9 @@ whatever the process could not: create the run, upload spooled batches, set the 
 
 The run id is chosen here, so creating it is idempotent: when the server cannot be reached at
 init(), the run opens anyway (with a warning) and is created by the first upload that gets
-through; records wait in the spool meanwhile. A wrong key or a bad request still fails init().
+through; records wait in the spool meanwhile. A refused connection is not waited for (nothing
+listens there). A wrong key, a bad request or a wrong base_url (no openruns API at that path,
+https:// to a plain HTTP server) still fails init().
 """
 
 from __future__ import annotations
@@ -16,9 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import APIError, ConflictError
-from ..rundir import Spool, new_writer_id
-from ..settings import Settings
+from ..errors import (
+    APIError,
+    ConfigurationError,
+    ConflictError,
+    NotFoundError,
+    TLSError,
+)
+from ..rundir import Spool, new_writer_id, remove_delivered
+from ..settings import DEFAULT_DIR, Settings
 from ..sinks.server import ServerSink
 from ..spec import RunStatus
 from ..upload import fork
@@ -77,16 +85,20 @@ class ServerBackend:
         info: dict[str, Any] | None = None
         created: dict[str, Any] | None = None
         try:
-            info = retrying(wire.health, deadline=deadline)
+            info = _first_health(wire, deadline)
             created = retrying(lambda: _create(wire, run_id, metadata), deadline=deadline)
         except APIError as exc:
             if disposition(exc) is not Disposition.RETRY:
                 wire.close()
+                if info is None and isinstance(exc, (NotFoundError, TLSError)):
+                    raise ConfigurationError(str(exc)) from exc  # a wrong base_url (issue 24)
                 raise
+            refused = getattr(exc, "refused", False)
             logger.warning(
-                "openruns: the server at %s did not answer (%s); run %s is opened anyway and "
+                "openruns: the server at %s %s (%s); run %s is opened anyway and "
                 "will be created there as soon as it answers; records wait in %s",
                 settings.base_url,
+                "refused the connection: nothing listens there" if refused else "did not answer",
                 exc,
                 run_id,
                 run_dir,
@@ -212,6 +224,10 @@ class ServerBackend:
                 exc.status_code,
                 exc.code,
             ) from exc
+        else:
+            # Nothing is left that `openruns sync` could send: the directory goes (issue 24).
+            run_dir = self.local.run_dir
+            remove_delivered(run_dir, parent=run_dir.parent.name == DEFAULT_DIR)
 
     def close_writer(self, writer_id: str | None, stats: Stats, dropped: int) -> None:
         self.local.close_writer(writer_id, stats, dropped)
@@ -240,6 +256,17 @@ class ServerBackend:
         self._stop_heartbeat = threading.Event()
         self._stop_heartbeat.set()
         self.wire.drop()
+
+
+def _first_health(wire: WireClient, deadline: float) -> dict[str, Any]:
+    """The server's /health, retried until `deadline`, but not when the connection is refused:
+    nothing listens there, so the run spools at once rather than block init() (issue 24)."""
+    try:
+        return wire.health()
+    except APIError as exc:
+        if disposition(exc) is not Disposition.RETRY or getattr(exc, "refused", False):
+            raise
+    return retrying(wire.health, deadline=deadline)
 
 
 def _create(wire: WireClient, run_id: str, metadata: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,7 @@
 The launcher creates the run (the job file is its config, byte for byte), starts every
 component in its own process group with its output in `<log_dir>/<run id>/<name>.log`, and
 supervises them (supervisor.py). The first component to fail fails the run with its name and
-code (`RuntimeError: Trainer failed with exit code -9`, the code as Popen reports it: -N for
+code (`Trainer failed with exit code -9`, the code as Popen reports it: -N for
 signal N) and the others are stopped; the launcher then exits with that component's status
 (128+N for a signal). All components exit 0: the run is completed and the launcher exits 0.
 SIGTERM / SIGINT to the launcher: as `openruns run`.
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigurationError, OpenrunsError
     from ..monitors.config import COMPONENT_ENV, MONITORS_ENV
     from .job import load_job
-    from .owner import close_run, open_run
+    from .owner import close_run, launcher_error, open_run
     from .supervisor import Supervisor
 
     try:
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         log_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        owned.run.fail(RuntimeError(f"cannot create the log directory {log_dir}: {exc}"))
+        owned.run.fail(launcher_error(f"cannot create the log directory {log_dir}: {exc}"))
         print(f"{PROG}: cannot create the log directory {log_dir}: {exc}", file=sys.stderr)
         return 2
     supervisor = Supervisor(job.grace, PROG)
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         follower.stop()
     failure = None
     if start_error is not None and outcome.signal is None:
-        owned.run.fail(RuntimeError(start_error))
+        owned.run.fail(launcher_error(start_error))
         supervisor.restore_signal_handlers()
         return 127
     if outcome.failed is not None:

@@ -108,17 +108,24 @@ def open_run(
     return OwnedRun(run, settings)
 
 
+def launcher_error(message: str) -> str | BaseException:
+    """A failure the launcher tells, not one a process raised: said plainly (issue 24: `openruns
+    run -- false` stored `RuntimeError: ...` though nothing raised). Under SLURM the messages
+    are prime-rl run_owner's, `RuntimeError: The SLURM job step exited with code N` (its seed)."""
+    return RuntimeError(message) if under_slurm() else message
+
+
 def close_run(owned: OwnedRun, outcome: Outcome, failure: str | None) -> int:
     """
     Finish the run from the launch's outcome and return the launcher's exit status.
 
-    - SIGTERM (or any signal but SIGINT): failed, `RuntimeError: terminated by SIGTERM`
-      (under SLURM, SIGTERM is the scheduler's: `RuntimeError: SLURM terminated the job`);
-      128+N.
+    - SIGTERM (or any signal but SIGINT): failed, `terminated by SIGTERM` (under SLURM,
+      SIGTERM is the scheduler's: `RuntimeError: SLURM terminated the job`); 128+N.
     - SIGINT: cancelled; 130.
     - a failed child: failed with the fatal error a component reported to the run
-      (`RuntimeError: boom (trainer)`), else `RuntimeError: <failure>` (the exit code); the
-      failed child's status (128+N when it was killed by signal N).
+      (`RuntimeError: boom (trainer)`), else `<failure>` (the exit code); the failed child's
+      status (128+N when it was killed by signal N).
+    The launcher's own messages are said plainly (`launcher_error`).
     - otherwise: completed; 0.
     """
     run = owned.run
@@ -127,14 +134,14 @@ def close_run(owned: OwnedRun, outcome: Outcome, failure: str | None) -> int:
         if outcome.signal == signal.SIGINT:
             run.finish(status=RunStatus.CANCELLED, error=f"terminated by {name}")
         elif outcome.signal == signal.SIGTERM and under_slurm():
-            run.fail(RuntimeError("SLURM terminated the job"))
+            run.fail(RuntimeError("SLURM terminated the job"))  # prime-rl run_owner's words
         else:
-            run.fail(RuntimeError(f"terminated by {name}"))
+            run.fail(launcher_error(f"terminated by {name}"))
         return 128 + outcome.signal
     if outcome.failed is not None:
         assert outcome.failed.returncode is not None
         reported = None if run.attached else run._reported_error()
-        run.fail(reported or RuntimeError(failure or f"{outcome.failed.name} failed"))
+        run.fail(reported or launcher_error(failure or f"{outcome.failed.name} failed"))
         return exit_status(outcome.failed.returncode)
     run.finish()
     return 0

@@ -3,13 +3,14 @@
 
 The command runs in its own process group with the run exported in its environment, so every
 process it starts that calls `openruns.init()` attaches to the run (and only flushes). Exit 0
-completes the run; exit N fails it with `RuntimeError: The job step exited with code N` and
-this command exits N (a process of the command that reported its fatal error to the run names
-the failure instead: `RuntimeError: boom (train.py)`). SIGTERM / SIGINT are forwarded to the
-command's process group; after its teardown (`--grace` seconds, then SIGKILL) the run is failed
-(`RuntimeError: terminated by SIGTERM`) or cancelled (SIGINT) and this command exits 128+N.
-Wraps a SLURM step as `openruns run ... -- srun ...` (docs/launch.md); inside a SLURM job the
-messages are `The SLURM job step exited with code N` and `SLURM terminated the job`.
+completes the run; exit N fails it with `the command exited with code N` (said plainly:
+nothing raised, issue 24) and this command exits N (a process of the command that reported its
+fatal error to the run names the failure instead: `RuntimeError: boom (train.py)`). SIGTERM /
+SIGINT are forwarded to the command's process group; after its teardown (`--grace` seconds,
+then SIGKILL) the run is failed (`terminated by SIGTERM`) or cancelled (SIGINT) and this command
+exits 128+N. Wraps a SLURM step as `openruns run ... -- srun ...` (docs/launch.md); inside a
+SLURM job the messages are prime-rl's: `RuntimeError: The SLURM job step exited with code N`
+and `RuntimeError: SLURM terminated the job`.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import OpenrunsError
-    from .owner import close_run, open_run, under_slurm
+    from .owner import close_run, launcher_error, open_run, under_slurm
     from .process import describe_exit
     from .supervisor import Supervisor
 
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     except OpenrunsError as exc:  # bad settings, or the server refused the run
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    step = "The SLURM job step" if under_slurm() else "The job step"
+    step = "The SLURM job step" if under_slurm() else "the command"
     supervisor = Supervisor(args.grace, PROG)
     supervisor.install_signal_handlers()
     # The command's output goes with the run (the Logs tab): read from its pipes here, in
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         child = supervisor.start("job step", command, env=env, pipes=capture)
     except OSError as exc:
-        owned.run.fail(RuntimeError(f"{step} could not be started: {exc}"))
+        owned.run.fail(launcher_error(f"{step} could not be started: {exc}"))
         print(f"{PROG}: cannot start {command[0]!r}: {exc}", file=sys.stderr)
         return 127
     tees: list[PipeTee] = []

@@ -221,7 +221,7 @@ class ServerSettings:
         10.0,
         metavar="S",
         unit_name="s",
-        help="a request body may take this long before --body-min-rate applies",
+        help="a request body may take this long before --body-min-kib-per-s applies",
     )
     body_min_rate: int = setting(
         8 * 1024,

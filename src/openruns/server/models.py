@@ -211,6 +211,10 @@ class EpisodesReceipt(BaseModel):
 
 class MetricKey(BaseModel):
     key: str
+    label: str = Field(
+        description="the name to show: the key, or `<key> (by time)` for the rows logged "
+        "without a step of a key that also has step-keyed points"
+    )
     axis: Literal["step", "time"] = Field(
         description="step: the key's step-keyed points; time: its rows logged without a step"
     )

@@ -112,5 +112,6 @@ def _reason(exc: BaseException) -> str:
 
 def _missing_extra(exc: ImportError, extra: str) -> ServerConfigError:
     return ServerConfigError(
-        f"{exc.name or 'a driver'} is not installed: pip install 'openruns[server,{extra}]'"
+        f"{exc.name or 'a driver'} is not installed: pip install '.[server,{extra}]' in a "
+        f"checkout, or the same extras from the git URL (README, Install)"
     )

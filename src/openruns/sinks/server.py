@@ -24,8 +24,9 @@ Close sends what is left until its deadline. When the server is down as close be
 probed at once; once a probe made during close has failed and the server has not answered at
 all for `give_up_after` seconds (a gateway's 502/504 is not an answer), everything left stays
 in the spool, which is made durable, and close returns (`gave_up`): waiting for a server that
-does not answer gains nothing that `openruns sync` cannot do later. A server that answers, even
-with errors, is waited for until the deadline.
+does not answer gains nothing that `openruns sync` cannot do later. A server that refused the
+connection and has never answered this run is given up at the first refused probe. A server
+that answers, even with errors, is waited for until the deadline.
 """
 
 from __future__ import annotations
@@ -69,9 +70,11 @@ class SinkHealth:
     retry_at: float = 0.0  # when the next probe may go
     heard_at: float = field(default_factory=time.monotonic)  # the server's last answer
     probing: bool = False
+    ever_answered: bool = True  # False while a server silent since init() has never answered
 
     def answered(self) -> None:
         self.heard_at = time.monotonic()
+        self.ever_answered = True
         if self.state is not Health.STOPPED:
             self.state, self.failures, self.error = Health.UP, 0, None
 
@@ -136,6 +139,7 @@ class ServerSink:
         if silent_since is not None:  # the server did not answer since then (at init)
             self.health.failed(TransportError("the server did not answer when the run opened"))
             self.health.heard_at = silent_since
+            self.health.ever_answered = False
         self._before_first_send = before_first_send
         self._create_lock = threading.Lock()
         # One lock for all the sink's state; senders wait on their lane's condition of it (a
@@ -232,10 +236,11 @@ class ServerSink:
             self._changed()
         if self._finished and self.stats.spooled:
             logger.warning(
-                "openruns: %d records of run %s are in the local spool at %s; upload them "
+                "openruns: run %s has %d %s in the local spool at %s; upload them "
                 "with: openruns sync %s",
-                self.stats.spooled,
                 self.run_id,
+                self.stats.spooled,
+                "record" if self.stats.spooled == 1 else "records",
                 self.spool.run_dir,
                 self.spool.run_dir,
             )
@@ -258,6 +263,8 @@ class ServerSink:
             return False
         if health.failed_at < self._close_began:
             return False  # not tried since close began: a probe is on its way
+        if not health.ever_answered and getattr(health.error, "refused", False):
+            return True  # nothing has ever listened there: nothing to wait for (issue 24)
         return time.monotonic() - health.heard_at >= self.give_up_after
 
     def _in_memory(self, lane: str) -> list[_Upload]:

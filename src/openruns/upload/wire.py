@@ -11,9 +11,10 @@ used by the online backend, the server sink, `openruns sync` and `openruns.api`.
 What a failure means is decided in one place, `disposition(exc)`: RETRY (the same request may
 succeed later: 429, 500, 502, 503, 504, 408, no answer), REJECT (this request is wrong and a
 replay cannot help: 400, 409, 413, 415, 422, other 4xx), or STOP (this client may not go on:
-401, 403, 404). `retrying` retries what is RETRY with jittered exponential backoff, honouring
-Retry-After (seconds or an HTTP date, at most 60 s), within a deadline. Every upload carries an
-Idempotency-Key, so replaying one whose answer was lost can never store it twice.
+401, 403, 404, a failed TLS handshake). `retrying` retries what is RETRY with jittered
+exponential backoff, honouring Retry-After (seconds or an HTTP date, at most 60 s), within a
+deadline. Every upload carries an Idempotency-Key, so replaying one whose answer was lost can
+never store it twice.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import email.utils
 import enum
 import platform
 import random
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -38,6 +40,7 @@ from ..errors import (
     ForbiddenError,
     NotFoundError,
     RetryableAPIError,
+    TLSError,
     TransportError,
     UnauthorizedError,
     error_for_status,
@@ -57,6 +60,7 @@ T = TypeVar("T")
 MAX_RETRY_AFTER = 60.0
 MAX_BACKOFF = 30.0
 _ABANDONED: list[httpx.Client] = []
+_ALWAYS_THERE = ("/health", "/runs")  # GET answers 404 only for a wrong base URL
 
 
 class Disposition(enum.Enum):
@@ -67,6 +71,8 @@ class Disposition(enum.Enum):
 
 def disposition(exc: BaseException) -> Disposition:
     """What a failed call means for its caller (see the module docstring)."""
+    if isinstance(exc, TLSError):
+        return Disposition.STOP  # a wrong scheme or certificate: a replay fails the same way
     if isinstance(exc, (RetryableAPIError, TransportError)):
         return Disposition.RETRY
     if isinstance(exc, (UnauthorizedError, ForbiddenError, NotFoundError)):
@@ -92,8 +98,10 @@ class WireClient:
         connect_timeout: float = 10.0,
         retry_timeout: float = 30.0,
         max_connections: int = 16,
+        base_url_origin: str = "the base_url setting",
     ):
         self.base_url = base_url.rstrip("/")
+        self.base_url_origin = base_url_origin  # what set base_url, named in errors (issue 24)
         self.api_key = api_key
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
@@ -110,6 +118,7 @@ class WireClient:
             request_timeout=settings.request_timeout,
             connect_timeout=settings.connect_timeout,
             retry_timeout=settings.retry_timeout,
+            base_url_origin=settings.origin("base_url"),
         )
 
     # -- runs ---------------------------------------------------------------------------------
@@ -239,9 +248,19 @@ class WireClient:
         except httpx.TimeoutException as exc:
             raise APITimeoutError(f"{method} {path}: timed out ({type(exc).__name__})") from exc
         except httpx.HTTPError as exc:
-            raise TransportError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+            raise self._transport_error(exc, method, path) from exc
         if response.status_code >= 400:
-            raise _error_from(response, method, path)
+            error = _error_from(response, method, path)
+            if response.status_code == 404 and method == "GET" and path in _ALWAYS_THERE:
+                # Every openruns server has these: the base URL is wrong (issue 24).
+                raise NotFoundError(
+                    f"{method} {response.request.url}: HTTP 404: no openruns API at this URL; "
+                    f"check base_url {self.base_url!r} (set by {self.base_url_origin}): the "
+                    f"server's address, e.g. http://127.0.0.1:8765, with no path",
+                    404,
+                    error.code,
+                )
+            raise error
         if not response.content:
             return {}
         try:
@@ -251,6 +270,37 @@ class WireClient:
                 f"{method} {path}: the server answered {response.status_code} with non-JSON",
                 response.status_code,
             ) from exc
+
+    def _transport_error(self, exc: httpx.HTTPError, method: str, path: str) -> TransportError:
+        """No answer: refused (nothing listens, known at once), a failed TLS handshake (not
+        worth a replay), or anything else (worth one)."""
+        causes = _causes(exc)
+        tls = next((c for c in causes if isinstance(c, ssl.SSLError)), None)
+        if tls is not None:
+            hint = ""
+            if self.base_url.startswith("https://"):
+                plain = "http://" + self.base_url.removeprefix("https://")
+                hint = (
+                    f"; if the server speaks plain HTTP, as `openruns server` does without a "
+                    f"TLS proxy in front, use {plain}"
+                )
+            return TLSError(
+                f"{method} {self.base_url}/api/v1{path}: the TLS handshake failed ({tls}); "
+                f"base_url is set by {self.base_url_origin}{hint}"
+            )
+        error = TransportError(f"{method} {path}: {type(exc).__name__}: {exc}")
+        error.refused = any(isinstance(c, ConnectionRefusedError) for c in causes)
+        return error
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """`exc` and what it was raised from (httpx wraps httpcore, which wraps the OSError)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
 
 
 def retrying(

@@ -11,6 +11,7 @@ with `PRIME_API_BASE_URL`, `PRIME_TRACES_URL` and `PRIME_API_KEY` pointing here.
     samples.py        the legacy sample tables: eval rows and training Parquet, kept as sent
     exports.py        reading those back (native API)
     deps.py           caller (Bearer or x-api-key), teams, runs, document conversions
+    links.py          the platform's run links (PRIME_FRONTEND_URL) to the run's page here
 
 A Prime eval is an openruns run of kind eval, an external training run one of kind train:
 ordinary runs in the native API, the read client and the dashboard. The platform routes are
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from . import environments, evaluations, exports, objects, rft, traces
+from . import environments, evaluations, exports, links, objects, rft, traces
 
 __all__ = ["include_prime"]
 
@@ -33,3 +34,4 @@ def include_prime(app: FastAPI) -> None:
         app.include_router(router, prefix="/api/internal", include_in_schema=False)
     for router in (traces.router, objects.router, exports.router):
         app.include_router(router, prefix="/api/v1")
+    app.include_router(links.router)

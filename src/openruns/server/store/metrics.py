@@ -190,14 +190,24 @@ def _spans(blocks: list[int]) -> Iterable[tuple[int, int]]:
     yield start, prev
 
 
+TIME_KEYED_MARK = "(by time)"  # the label's mark of a key's time-keyed entry
+
+
 def key_stats(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
     """
-    [{key, axis, last_step, last_value, count, last_ts}] of every metric key of a run, by key
-    name: `axis` "step" for its step-keyed points, then "time" (last_step null, last_ts set)
-    for its time-keyed ones; a key logged both ways has both entries.
+    [{key, label, axis, last_step, last_value, count, last_ts}] of every metric key of a run,
+    by key name: `axis` "step" for its step-keyed points, then "time" (last_step null, last_ts
+    set) for its time-keyed ones; a key logged both ways has both entries, told apart by
+    `label`: the key, and "<key> (by time)" for the time-keyed entry of such a key (issue 24:
+    two entries named alike).
     """
     stepped = [{**row, "axis": "step", "last_ts": None} for row in _step_key_stats(conn, run_seq)]
     timed = metric_times.key_stats(conn, run_seq)
+    both = {row["key"] for row in stepped}
+    for row in stepped:
+        row["label"] = row["key"]
+    for row in timed:
+        row["label"] = f"{row['key']} {TIME_KEYED_MARK}" if row["key"] in both else row["key"]
     return sorted(stepped + timed, key=lambda r: (r["key"], r["axis"]))
 
 

@@ -330,7 +330,14 @@ export function envName(env) {
 }
 
 // Flatten {a: {b: 1}} to {"a/b": 1}, keeping numbers only.
+// Summary keys the prime-runs SDK keeps for itself (prime_runs/traces_episodes_written): stored
+// with the run, not shown as its summary (issue 24).
+export function isInternalKey(path) {
+  return path === "prime_runs" || path.startsWith("prime_runs/");
+}
+
 export function numericLeaves(value, prefix = "", out = {}) {
+  if (isInternalKey(prefix)) return out;
   if (typeof value === "number") out[prefix] = value;
   else if (value && typeof value === "object" && !Array.isArray(value)) {
     for (const [k, v] of Object.entries(value)) numericLeaves(v, prefix ? `${prefix}/${k}` : k, out);

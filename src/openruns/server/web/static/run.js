@@ -13,7 +13,7 @@
 
 import {
   api, apiSend, fill, apiUrl, downloadLink, formatDuration, formatNumber, formatTime, h, linkRow, navigableRows,
-  pathParts, poll, rewardMeans, runDuration, runLabel, runTitle, showError, showMissing, statusBadge, timeCell, envName, View,
+  isInternalKey, pathParts, poll, rewardMeans, runDuration, runLabel, runTitle, showError, showMissing, statusBadge, timeCell, envName, View,
 } from "./common.js";
 import { ChartGrid, chartId, runColors, settingsBar } from "./charts.js";
 import { LogsView } from "./logs.js";
@@ -113,13 +113,9 @@ function endingBox(run) {
 
 function renderSummary(run) {
   const body = document.getElementById("summary-body");
-  const entries = Object.entries(run.summary || {});
-  if (!entries.length) {
-    body.replaceChildren(h("p", { class: "muted" }, "No summary yet."));
-    return;
-  }
   const rows = [];
   const walk = (value, path) => {
+    if (isInternalKey(path)) return; // the SDK's own bookkeeping, stored but not shown (issue 24)
     if (value && typeof value === "object" && !Array.isArray(value) && Object.keys(value).length) {
       for (const [k, v] of Object.entries(value)) walk(v, path ? `${path}/${k}` : k);
     } else {
@@ -127,7 +123,11 @@ function renderSummary(run) {
       rows.push(h("tr", {}, h("th", { scope: "row" }, path), h("td", { class: "num", title: String(value) }, shown)));
     }
   };
-  walk(run.summary, "");
+  if (Object.keys(run.summary || {}).length) walk(run.summary, "");
+  if (!rows.length) {
+    body.replaceChildren(h("p", { class: "muted" }, "No summary yet."));
+    return;
+  }
   body.replaceChildren(h("table", { class: "grid kv" }, h("tbody", {}, rows)));
 }
 
