@@ -119,7 +119,10 @@ async function main() {
     const now = Date.now() / 1000;
     const live = state.runs.some((r) => r.status === "running" || now - (r.finished_at || 0) < AFTER_FINISH_S);
     if (!live) return true; // nothing to follow now; a run added later may be
-    state.runs = await Promise.all(state.runs.map((r) => api(`/runs/${encodeURIComponent(r.id)}`)));
+    const fresh = new Map((await Promise.all(state.runs.map((r) => api(`/runs/${encodeURIComponent(r.id)}`))))
+      .map((run) => [run.id, run]));
+    // Runs added or removed while these reads were out stay added or removed: update in place.
+    state.runs = state.runs.map((r) => fresh.get(r.id) || r);
     renderChosen();
     await refresh();
     return true;
