@@ -31,7 +31,14 @@ import pytest
 
 from openruns.records import index_fields
 from openruns.server.rollouts import Query, record_preview, record_text, snippets
-from openruns.server.wandb.media import check_media_path, image_part, media_refs
+from openruns.server.wandb.media import (
+    check_media_path,
+    content_type,
+    history_media,
+    image_part,
+    media_item,
+    media_refs,
+)
 from openruns.server.wandb.tables import episodes_from_table
 
 
@@ -351,3 +358,53 @@ def test_media_paths_are_checked_before_they_name_a_blob():
         "caption": "a cat",
     }
     assert media_refs({"_type": "table-file", "path": "media/table/x.table.json"}) == []
+
+
+def test_a_history_rows_media_are_items_not_metrics():
+    # A history row as file_stream carries it (probed with wandb 0.31.0: run.log({...}, step=1)).
+    table = {
+        "_type": "table-file",
+        "path": "media/table/completions_1_22cd207f9964b1d61c85.table.json",
+        "sha256": "22cd",
+        "size": 143,
+        "ncols": 6,
+        "nrows": 2,
+        "log_mode": "IMMUTABLE",
+        "artifact_path": "wandb-client-artifact://kbcu/completions.table.json",
+    }
+    pic = {
+        "_type": "image-file",
+        "path": "media/images/pic_1_6e5edb15b6bed556ae7e.png",
+        "format": "png",
+        "width": 4,
+        "height": 4,
+        "sha256": "6e5e",
+        "size": 77,
+    }
+    row = {"_step": 1, "loss": 1.0, "completions": table, "val": {"pic": pic, "acc": 0.5}}
+    media = history_media(row)
+    assert [k for k, _ in media] == ["completions", "val/pic"]
+    items = [media_item(k, 1, v) for k, v in media]
+    assert items == [
+        {
+            "key": "completions",
+            "step": 1,
+            "type": "table-file",
+            "nrows": 2,
+            "ncols": 6,
+            "log_mode": "IMMUTABLE",
+            "paths": ["media/table/completions_1_22cd207f9964b1d61c85.table.json"],
+        },
+        {
+            "key": "val/pic",
+            "step": 1,
+            "type": "image-file",
+            "width": 4,
+            "height": 4,
+            "paths": ["media/images/pic_1_6e5edb15b6bed556ae7e.png"],
+        },
+    ]
+    assert media_item("bad", 1, {**pic, "path": "../../etc/passwd"}) is None
+    assert content_type(items[1]["paths"][0]) == "image/png"
+    assert content_type(items[0]["paths"][0]) == "application/json"
+    assert content_type("media/html/page.html") == "application/octet-stream"
