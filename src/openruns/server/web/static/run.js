@@ -17,12 +17,14 @@ import {
 } from "./common.js";
 import { ChartGrid, chartId, runColors, settingsBar } from "./charts.js";
 import { LogsView } from "./logs.js";
+import { MediaSection } from "./media.js";
 
 const POLL_MS = 2000;
 const AFTER_FINISH_S = 90; // keep polling this long after the run finished (late uploads)
 const STEPS_SHOWN = 50;
 const LATE_STEPS = 8; // steps re-read behind the newest one (late episodes of async RL)
 const TIMELINE_MS = 15000; // how often a live run's step times are read again
+const MEDIA_MS = 10000; // how often a live run's images and tables are listed again
 
 const runId = pathParts()[1];
 const base = `/runs/${encodeURIComponent(runId)}`;
@@ -43,6 +45,8 @@ const grid = new ChartGrid(
 );
 document.getElementById("chart-settings").append(settingsBar());
 const logs = new LogsView(base);
+const media = new MediaSection(document.getElementById("media"), runId);
+let mediaAt = null; // when the media were last listed; null: never, false: no media route
 
 function renderHeader(run) {
   document.title = `${runTitle(run)} · openruns`;
@@ -386,6 +390,11 @@ function setUpNotes() {
   });
 }
 
+async function pollMedia() {
+  const served = await media.poll();
+  mediaAt = served ? Date.now() : false;
+}
+
 let configShown = false;
 let timelineAt = Date.now();
 async function tick() {
@@ -397,7 +406,8 @@ async function tick() {
   grid.sources[0].kind = run.kind;
   if (first && location.hash === "#logs") showTab("logs");
   const logsOpen = !document.getElementById("panel-logs").hidden;
-  await Promise.all([pollMetrics(), pollSteps(), logsOpen ? logs.poll() : null]);
+  const mediaDue = mediaAt === null || (mediaAt !== false && run.status === "running" && Date.now() - mediaAt > MEDIA_MS);
+  await Promise.all([pollMetrics(), pollSteps(), logsOpen ? logs.poll() : null, mediaDue ? pollMedia() : null]);
   if (run.status === "running" && Date.now() - timelineAt > TIMELINE_MS) {
     timelineAt = Date.now();
     grid.refreshTimelines();

@@ -1,0 +1,1 @@
+"""The W&B wire (issue 19): the unmodified wandb SDK logs into openruns."""
