@@ -24,10 +24,11 @@ create it; a change here needs a new numbered migration.
 - log_lines / log_totals (migration 0007): what a run's processes printed, one row per line at
   its byte offset in the run's output, and per run what was received and what was dropped from
   the middle to stay within the server's bound (store/logs.py).
-- wandb_runs / wandb_console / wandb_files (migration 0010): what the W&B wire (server/wandb/)
+- wandb_runs / wandb_console / wandb_files / wandb_media (migration 0010): what the W&B wire (server/wandb/)
   keeps beyond runs, metrics, logs and episodes: per run its entity, job type, the SDK's own
   config block and metadata, the file stream's line counts (resume), the open console line per
-  writer, and the files the SDK uploaded (config.yaml, tables, media), each a blob.
+  writer, the files the SDK uploaded (config.yaml, tables, media), each a blob, and the media
+  values of its history (wandb_media).
 - episode_search (migration 0006): the full-text index of rollouts; its shape differs by
   dialect (FTS5 / tsvector), so it is not a Table here: store/search.py writes its SQL.
 """
@@ -72,6 +73,7 @@ __all__ = [
     "teams",
     "wandb_console",
     "wandb_files",
+    "wandb_media",
     "wandb_runs",
 ]
 
@@ -376,12 +378,25 @@ wandb_console = Table(
 wandb_files = Table(
     "wandb_files",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("run_seq", Integer, nullable=False),
-    Column("name", String(1024), nullable=False),  # the run file's name: media/table/x.table.json
-    Column("kind", String(16), nullable=False),  # config | metadata | table | media | file
-    Column("blob_key", String(512), nullable=False),
+    Column("run_seq", Integer, primary_key=True),
+    # The run file's name (media/table/x.table.json), or an artifact entry's
+    # (artifacts/<client id>/<entry>); its blob is server/wandb/media.blob_key's.
+    Column("name", String(1024), primary_key=True),
+    Column("blob_key", String(1200), nullable=False),
     Column("bytes", BigInteger, nullable=False),
     Column("created_at", Float, nullable=False),
-    UniqueConstraint("run_seq", "name", name="uq_wandb_files_run_name"),
+)
+
+wandb_media = Table(
+    "wandb_media",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_seq", Integer, nullable=False),
+    Column("step", BigInteger),
+    Column("key", Text, nullable=False),
+    Column("value", Text, nullable=False),  # the history value (JSON): {"_type": ..., "path": ...}
+    Column("path", String(512)),  # a table's file (media/table/...), to find it when it arrives
+    Column("episodes", Integer),  # a table: the rollouts read from it (null: not read yet)
+    UniqueConstraint("run_seq", "step", "key", name="uq_wandb_media_run_step_key"),
+    Index("ix_wandb_media_run_path", "run_seq", "path"),
 )

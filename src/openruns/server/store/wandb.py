@@ -24,7 +24,15 @@ from ..errors import ApiError, bad_request
 from ..logs import MAX_LINE_CHARS
 from . import logs, metrics, runs
 from .metrics import MetricPoints
-from .schema import log_lines, metric_keys, metric_points, wandb_console, wandb_files, wandb_runs
+from .schema import (
+    log_lines,
+    metric_keys,
+    metric_points,
+    wandb_console,
+    wandb_files,
+    wandb_media,
+    wandb_runs,
+)
 from .schema import runs as runs_table
 from .sql import insert_ignore, lock_run, upsert
 
@@ -33,17 +41,20 @@ __all__ = [
     "StreamUpdate",
     "add_file",
     "console_line_count",
+    "file_names",
     "file_of_run",
-    "files_of_run",
     "glob_step_metrics",
     "ingest_stream",
+    "media_items",
     "run_state",
+    "set_episodes",
     "set_config_file",
     "set_metadata",
     "upsert_run",
 ]
 
 _ERROR_LINES = 20  # a failed run's error: the last lines of its output
+CONFIG_FILE = "config.yaml"
 
 
 @dataclass
@@ -70,6 +81,8 @@ class StreamUpdate:
     console: list[dict[str, Any]] = field(default_factory=list)
     complete: bool = False
     exitcode: int | None = None
+    # (step, key, media value, its table file if a table): images and tables of history rows
+    media: list[tuple[int | None, str, dict[str, Any], str | None]] = field(default_factory=list)
 
 
 def run_state(conn: Connection, run_seq: int) -> dict[str, Any] | None:
@@ -101,12 +114,12 @@ def upsert_run(
     run, created = runs.create_run(conn, team_id, fields, None, now, ids_per_team)
     seq = run["seq"]
     lock_run(conn, seq)
-    if created:
-        conn.execute(
-            insert(wandb_runs).values(
-                run_seq=seq, entity=team_id, job_type=fields.get("job_type"), wandb_config="{}"
-            )
+    # A run made otherwise (the native API) gets its W&B row when a W&B process writes to it.
+    conn.execute(
+        insert_ignore(conn, wandb_runs).values(
+            run_seq=seq, entity=team_id, job_type=fields.get("job_type"), wandb_config="{}"
         )
+    )
     changes = {k: fields[k] for k in ("description", "notes", "group", "tags") if fields.get(k)}
     if changes and not created:
         runs.patch_run(conn, seq, changes, now)
@@ -136,7 +149,7 @@ def _store_config(conn: Connection, seq: int, config: ConfigUpdate, team_id: str
             metric_globs=runs.dump_json(config.globs, "config"),
         )
     )
-    if file_of_run(conn, seq, "config.yaml") is None:  # config.yaml, once uploaded, is the config
+    if file_of_run(conn, seq, CONFIG_FILE) is None:  # config.yaml, once uploaded, is the config
         try:
             source = ConfigSource.from_mapping(config.values).to_dict()
         except Exception as exc:  # an integer beyond 64 bits, an oversized config
@@ -193,7 +206,8 @@ def ingest_stream(
     One file stream request: history and system points merged (a replay rewrites the same
     values), the summary merged, console lines appended, a heartbeat, and with `complete` the
     run closed by its exit code (0 completed; else failed with the last lines of its output, or
-    cancelled when a stop was requested). Answers what the SDK reads back: `stopped`.
+    cancelled when a stop was requested). Answers what the SDK reads back (`stopped`), and the
+    tables of rollouts now ready to be read (`tables`: their file came earlier).
     """
     lock_run(conn, run_seq)
     state = run_state(conn, run_seq)
@@ -216,13 +230,14 @@ def ingest_stream(
         runs.patch_run(conn, run_seq, {"summary": chunk.summary}, now)
     if chunk.console or chunk.complete:
         _console(conn, run_seq, chunk, max_log_bytes)
+    tables = _add_media(conn, run_seq, chunk.media) if chunk.media else []
     runs.heartbeat(conn, run_seq, now)
     run = runs.get_run_by_seq(conn, run_seq)
     assert run is not None
     if chunk.complete and run["status"] == RunStatus.RUNNING:
         status, error = _outcome(conn, run, chunk.exitcode)
         runs.finish_run(conn, run_seq, status, error, {}, now)
-    return {"stopped": run["stop_requested_at"] is not None}
+    return {"stopped": run["stop_requested_at"] is not None, "tables": tables}
 
 
 def _outcome(conn: Connection, run: dict[str, Any], exitcode: int | None) -> tuple[str, str | None]:
@@ -341,24 +356,16 @@ def console_line_count(conn: Connection, run_seq: int) -> int:
 
 
 def add_file(
-    conn: Connection, run_seq: int, name: str, kind: str, blob_key: str, nbytes: int, now: float
-) -> None:
-    """Record an uploaded file (a later upload of the same name replaces it)."""
+    conn: Connection, run_seq: int, name: str, blob_key: str, nbytes: int, now: float
+) -> list[dict[str, Any]]:
+    """Record an uploaded file (a later upload of the same name replaces it); the media values
+    of tables in this file not read yet (the caller reads their rollouts)."""
     conn.execute(
-        delete(wandb_files).where(wandb_files.c.run_seq == run_seq, wandb_files.c.name == name)
-    )
-    conn.execute(
-        insert_ignore(conn, wandb_files).values(
-            run_seq=run_seq, name=name, kind=kind, blob_key=blob_key, bytes=nbytes, created_at=now
+        upsert(conn, wandb_files, ("run_seq", "name"), ("blob_key", "bytes", "created_at")).values(
+            run_seq=run_seq, name=name, blob_key=blob_key, bytes=nbytes, created_at=now
         )
     )
-
-
-def files_of_run(conn: Connection, run_seq: int, kind: str | None = None) -> list[dict[str, Any]]:
-    query = select(wandb_files).where(wandb_files.c.run_seq == run_seq)
-    if kind is not None:
-        query = query.where(wandb_files.c.kind == kind)
-    return [dict(r) for r in conn.execute(query.order_by(wandb_files.c.id)).mappings()]
+    return _unread_tables(conn, run_seq, wandb_media.c.path == name)
 
 
 def file_of_run(conn: Connection, run_seq: int, name: str) -> dict[str, Any] | None:
@@ -372,9 +379,58 @@ def file_of_run(conn: Connection, run_seq: int, name: str) -> dict[str, Any] | N
     return dict(row) if row else None
 
 
+def file_names(conn: Connection, run_seq: int) -> list[str]:
+    query = select(wandb_files.c.name).where(wandb_files.c.run_seq == run_seq)
+    return [name for (name,) in conn.execute(query.order_by(wandb_files.c.name))]
+
+
+def media_items(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
+    """The media values of the run's history, by step then key."""
+    query = (
+        select(wandb_media)
+        .where(wandb_media.c.run_seq == run_seq)
+        .order_by(wandb_media.c.step, wandb_media.c.key)
+    )
+    return [
+        {**dict(row), "value": orjson.loads(row["value"])}
+        for row in conn.execute(query).mappings()
+    ]
+
+
+def set_episodes(conn: Connection, media_id: int, episodes: int) -> None:
+    """A table's rollouts were read: how many (0: not a table of rollouts)."""
+    conn.execute(update(wandb_media).where(wandb_media.c.id == media_id).values(episodes=episodes))
+
+
+def _add_media(
+    conn: Connection, run_seq: int, media: list[tuple[int | None, str, dict[str, Any], str | None]]
+) -> list[dict[str, Any]]:
+    """Keep each (step, key, value, table path) once; the tables among them whose file is here
+    and which were not read yet."""
+    for step, key, value, path in media:
+        conn.execute(
+            insert_ignore(conn, wandb_media).values(
+                run_seq=run_seq, step=step, key=key, value=runs.dump_json(value, key), path=path
+            )
+        )
+    paths = [path for _, _, _, path in media if path]
+    if not paths:
+        return []
+    here = select(wandb_files.c.name).where(
+        wandb_files.c.run_seq == run_seq, wandb_files.c.name.in_(paths)
+    )
+    return _unread_tables(conn, run_seq, wandb_media.c.path.in_(here))
+
+
+def _unread_tables(conn: Connection, run_seq: int, where: Any) -> list[dict[str, Any]]:
+    query = select(wandb_media.c.id, wandb_media.c.step, wandb_media.c.key, wandb_media.c.path)
+    query = query.where(wandb_media.c.run_seq == run_seq, wandb_media.c.episodes.is_(None), where)
+    return [dict(row) for row in conn.execute(query).mappings()]
+
+
 def set_config_file(conn: Connection, run_seq: int, text: str, now: float) -> None:
     """config.yaml, byte for byte, becomes the run's config."""
-    source = ConfigSource(text=text, format="yaml", filename="config.yaml").to_dict()
+    source = ConfigSource(text=text, format="yaml", filename=CONFIG_FILE).to_dict()
     conn.execute(
         update(runs_table)
         .where(runs_table.c.seq == run_seq)

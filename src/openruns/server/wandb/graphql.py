@@ -55,10 +55,11 @@ def _schema() -> GraphQLSchema:
     text = resources.files(__package__).joinpath("schema.graphql").read_text("utf-8")
     # Its scalars (JSONString, Int64, the whole-object inputs) pass values through as they are.
     schema = build_schema(text)
-    for type_name, fields in (resolvers.RESOLVERS | artifacts.RESOLVERS).items():
-        graphql_type: Any = schema.get_type(type_name)
-        for field_name, resolve in fields.items():
-            graphql_type.fields[field_name].resolve = resolve
+    for module in (resolvers, artifacts):
+        for type_name, fields in module.RESOLVERS.items():
+            graphql_type: Any = schema.get_type(type_name)
+            for field_name, resolve in fields.items():
+                graphql_type.fields[field_name].resolve = resolve
     return schema
 
 

@@ -12,8 +12,8 @@ What the W&B SDK streams, read into openruns' terms: pure functions, no I/O (iss
   none, and joins a `commit=False` row to the next one before sending), `_timestamp` its time;
   `_runtime` and `_wandb` are the SDK's own. Nested dicts become `a/b` keys as the native SDK
   flattens them (records.flatten_metrics: booleans 0/1, non-finite and non-numeric values
-  dropped). A dict with a `_type` (a logged wandb.Table, wandb.Image, ...) is a media
-  reference, kept apart: its file arrives as an upload (files.py).
+  dropped). A media value (a logged wandb.Table, wandb.Image: media.is_media) is kept apart:
+  its file arrives as an upload (files.py); another typed value (a histogram) is no metric.
 - System rows (`wandb-events.jsonl`): W&B's `system.x.y` keys become `system/x/y`, the group
   the native sampler (openruns/system.py) logs under; a shared-mode writer's `/l:<label>`
   suffix becomes part of the key (`system/.../l:rank1`), so each writer keeps its own series.
@@ -37,6 +37,7 @@ import orjson
 
 from ...records import flatten_metrics
 from ...spec import MAX_STEP
+from .media import is_media
 
 __all__ = [
     "Row",
@@ -102,14 +103,10 @@ def _split_media(item: Mapping[str, Any], prefix: str, media: dict[str, dict[str
             continue
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            if "_type" in value:
+            if is_media(value):
                 media[name] = dict(value)
-                continue
-            out[key] = _split_media(value, name + "/", media)
-        elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
-            for i, v in enumerate(value):  # a list of images
-                if "_type" in v:
-                    media[f"{name}/{i}"] = dict(v)
+            elif "_type" not in value:  # a histogram, a plot...: not a metric, not a file
+                out[key] = _split_media(value, name + "/", media)
         else:
             out[key] = value
     return out

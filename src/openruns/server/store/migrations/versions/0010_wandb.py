@@ -15,8 +15,10 @@ Revises: 0009
   the last history row, and glob metric definitions applied as keys arrive.
 - wandb_console: per (run, writer label) the console lines received and the line still open
   (a progress bar the SDK rewrites in place is kept in its last state).
-- wandb_files: the files the SDK uploaded to a run (config.yaml, tables, media, artifact
-  files), each a blob, by name.
+- wandb_files: the files the SDK uploaded to a run (config.yaml, requirements.txt, media,
+  a table artifact's entries), each a blob, by name.
+- wandb_media: each media value of the run's history (an image, a table) at its step and key,
+  with the file it names; a table of rollouts counts the episodes read from it.
 """
 
 from __future__ import annotations
@@ -59,18 +61,28 @@ def upgrade() -> None:
     )
     op.create_table(
         "wandb_files",
-        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column("run_seq", sa.Integer, nullable=False),
-        sa.Column("name", sa.String(1024), nullable=False),
-        sa.Column("kind", sa.String(16), nullable=False),
-        sa.Column("blob_key", sa.String(512), nullable=False),
+        sa.Column("run_seq", sa.Integer, primary_key=True),
+        sa.Column("name", sa.String(1024), primary_key=True),
+        sa.Column("blob_key", sa.String(1200), nullable=False),
         sa.Column("bytes", sa.BigInteger, nullable=False),
         sa.Column("created_at", sa.Float, nullable=False),
-        sa.UniqueConstraint("run_seq", "name", name="uq_wandb_files_run_name"),
     )
+    op.create_table(
+        "wandb_media",
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("run_seq", sa.Integer, nullable=False),
+        sa.Column("step", sa.BigInteger),
+        sa.Column("key", sa.Text, nullable=False),
+        sa.Column("value", sa.Text, nullable=False),
+        sa.Column("path", sa.String(512)),
+        sa.Column("episodes", sa.Integer),
+        sa.UniqueConstraint("run_seq", "step", "key", name="uq_wandb_media_run_step_key"),
+    )
+    op.create_index("ix_wandb_media_run_path", "wandb_media", ["run_seq", "path"])
 
 
 def downgrade() -> None:
+    op.drop_table("wandb_media")
     op.drop_table("wandb_files")
     op.drop_table("wandb_console")
     op.drop_table("wandb_runs")
