@@ -70,6 +70,16 @@ _logged: set[str] = set()
 
 @router.post("/graphql")
 async def graphql_endpoint(request: Request) -> JSON:
+    """An error answered as HTTP (a wrong key, overload, a bad body) still has GraphQL's form,
+    `{"errors": [{"message": ...}]}`: the SDK reads the message from there."""
+    try:
+        return await _answer(request)
+    except ApiError as exc:
+        body = {"errors": [{"message": exc.message, "extensions": {"code": exc.code}}]}
+        return JSON(body, exc.status_code, headers=exc.headers)
+
+
+async def _answer(request: Request) -> JSON:
     caller = await wandb_caller(request)
     state = caller.state
     with state.gate.admit(ingest_caller(request)) as ticket:
@@ -93,7 +103,7 @@ async def graphql_endpoint(request: Request) -> JSON:
         document,
         context_value=caller,
         variable_values=variables,
-        operation_name=operation if isinstance(operation, str) else None,
+        operation_name=operation if isinstance(operation, str) and operation else None,
     )
     if is_awaitable(result):
         result = await result
