@@ -121,7 +121,7 @@ def upsert_run(
         )
     )
     changes = {k: fields[k] for k in ("description", "notes", "group", "tags") if fields.get(k)}
-    if changes and not created:
+    if changes:  # (a new run has them but its notes: create_run takes none)
         runs.patch_run(conn, seq, changes, now)
     if fields.get("name") and not created:
         conn.execute(update(runs_table).where(runs_table.c.seq == seq).values(name=fields["name"]))
