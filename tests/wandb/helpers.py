@@ -82,6 +82,12 @@ def start_script(
     )
 
 
+def end(proc: subprocess.Popen[str]) -> str:
+    """Kill the script if it still runs, and read (and close) its output."""
+    proc.kill()
+    return proc.communicate(timeout=SCRIPT_TIMEOUT)[0] or ""
+
+
 def wait_ready(proc: subprocess.Popen[str], timeout: float = SCRIPT_TIMEOUT) -> None:
     """Read the script's output until it says `ready` (it failed if it exits first)."""
     assert proc.stdout is not None
