@@ -75,6 +75,7 @@ def start_script(
     return subprocess.Popen(
         [sys.executable, "-u", str(script), *args],
         env=wandb_env(tmp_path, base_url, **extra),
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

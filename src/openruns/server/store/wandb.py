@@ -66,6 +66,7 @@ class ConfigUpdate:
     step_metrics: dict[str, str]  # define_metric(name, step_metric=K)
     globs: list[tuple[str, str]]  # define_metric("eval/*", step_metric=K)
     branch: dict[str, Any] | None  # fork_from: {run_id, step}
+    shared_mode: bool = False  # a writer of several (Settings(mode="shared"))
 
 
 @dataclass
