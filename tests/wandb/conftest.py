@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from openruns.api import Client
 from tests.server.helpers import ServerProcess
+
+HERE = Path(__file__).parent
+# Each scenario starts a wandb process (seconds of CPU before its first request) against a
+# real server; on a loaded machine (load 6+ in CI) that takes longer than the default limit.
+SCENARIO_TIMEOUT = 300
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.is_relative_to(HERE) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SCENARIO_TIMEOUT))
 
 
 @pytest.fixture(scope="module")

@@ -48,8 +48,13 @@ def write_script(tmp_path: Path, code: str, name: str = "script.py") -> Path:
 
 
 def run_script(
-    tmp_path: Path, code: str, base_url: str | None, *args: str, api_key: str = ANY_KEY,
-    check: bool = True, **extra: str,
+    tmp_path: Path,
+    code: str,
+    base_url: str | None,
+    *args: str,
+    api_key: str = ANY_KEY,
+    check: bool = True,
+    **extra: str,
 ) -> subprocess.CompletedProcess[str]:
     """Run `code` with the SDK pointed at `base_url` (None: no server, for offline runs);
     with `check`, its exit code must be 0 (the output is in the failure message)."""

@@ -102,6 +102,7 @@ def test_fork_starts_from_the_parents_history_up_to_the_step(client, server, tmp
 
 SHARED = """
 import sys, time, wandb
+
 run_id, label, primary = sys.argv[1], sys.argv[2], sys.argv[3] == "primary"
 settings = wandb.Settings(
     mode="shared", x_primary=primary, x_label=label, x_update_finish_state=primary
@@ -172,5 +173,3 @@ def test_an_offline_run_uploads_with_wandb_sync(client, server, tmp_path):
     assert steps(client, run_id) == {0: 1.0, 1: 0.5, 2: 1 / 3, 3: 0.25}
     assert "seed:\n    value: 7" in run["config"]["text"]
     assert "offline line" in {line["line"] for line in client.logs(run_id)}
-
-

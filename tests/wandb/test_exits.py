@@ -57,6 +57,7 @@ def test_an_uncaught_exception_fails_the_run_with_its_traceback(client, server, 
 
 LOOP = """
 import sys, time, wandb
+
 run = wandb.init(project="exits", id=sys.argv[1])
 run.log({"loss": 1.0})
 print("ready", flush=True)

@@ -17,6 +17,7 @@ SCRIPT = """
 import sys
 import wandb
 
+
 run = wandb.init(
     project="wire-tests", id=sys.argv[1], name="a display name", notes="some notes",
     tags=["rl", "grpo"], group="sweep-7", job_type="train",
