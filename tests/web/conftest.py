@@ -85,13 +85,19 @@ def context(browser, server) -> Iterator:
 def page(context) -> Iterator:
     """A fresh page at 1280 px; JavaScript errors and failed requests fail the test."""
     page = context.new_page()
+    problems = watch(page)
+    yield page
+    page.close()
+    assert not problems, "\n".join(problems)
+
+
+def watch(page) -> list[str]:
+    """The JavaScript errors and failed requests of `page`, as they happen."""
     problems: list[str] = []
     page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
     page.on("console", lambda message: _console(message, problems))
     page.on("requestfailed", lambda request: _request_failed(request, problems))
-    yield page
-    page.close()
-    assert not problems, "\n".join(problems)
+    return problems
 
 
 def _console(message, problems: list[str]) -> None:
@@ -112,10 +118,7 @@ def fresh_page(browser, server) -> Iterator:
     context = browser.new_context(viewport=VIEWPORT, base_url=server.url)
     context.set_default_timeout(15_000)
     page = context.new_page()
-    problems: list[str] = []
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("console", lambda message: _console(message, problems))
-    page.on("requestfailed", lambda request: _request_failed(request, problems))
+    problems = watch(page)
     yield page
     context.close()
     assert not problems, "\n".join(problems)

@@ -45,7 +45,9 @@ TeamId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 GroupName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 # A run's project (W&B's; issue 19): any printable name without "/" (it is a path segment of
 # the W&B wire's URLs).
-ProjectName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^/\x00-\x1f]+$")]
+ProjectName = Annotated[
+    str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^/\x00-\x1f]+$")
+]
 MetricName = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
 # The values of spec.RunStatus, the one vocabulary (tests/server/test_models.py holds them
 # equal), spelled out so a type checker can read them; a Literal keeps the OpenAPI enum and the

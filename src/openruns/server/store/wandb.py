@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, and_, delete, insert, select, update
+from sqlalchemy import Connection, and_, select, update
 
 from ...spec import ConfigSource, RunStatus
 from ..errors import ApiError, bad_request
@@ -271,9 +271,7 @@ def glob_step_metrics(globs: list[tuple[str, str]], keys: list[str]) -> dict[str
     return out
 
 
-def _apply_globs(
-    conn: Connection, run_seq: int, globs: list[list[str]], names: set[str]
-) -> None:
+def _apply_globs(conn: Connection, run_seq: int, globs: list[list[str]], names: set[str]) -> None:
     matched = glob_step_metrics([(g, s) for g, s in globs], sorted(names))
     if not matched:
         return
@@ -301,7 +299,8 @@ def _console(conn: Connection, run_seq: int, chunk: StreamUpdate, max_log_bytes:
     sources = {line["source"] for line in chunk.console} or {"main"}
     if chunk.complete:
         sources |= {
-            s for (s,) in conn.execute(
+            s
+            for (s,) in conn.execute(
                 select(wandb_console.c.source).where(wandb_console.c.run_seq == run_seq)
             )
         }
@@ -393,8 +392,7 @@ def media_items(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
         .order_by(wandb_media.c.step, wandb_media.c.key)
     )
     return [
-        {**dict(row), "value": orjson.loads(row["value"])}
-        for row in conn.execute(query).mappings()
+        {**dict(row), "value": orjson.loads(row["value"])} for row in conn.execute(query).mappings()
     ]
 
 

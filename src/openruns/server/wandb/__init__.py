@@ -12,6 +12,7 @@ openruns with `WANDB_BASE_URL` and `WANDB_API_KEY` pointing here.
     history.py      the streamed lines read into metric points, console lines, definitions
     reads.py        the W&B side of a run, its media, through the native API
     telemetry.py    the SDK's OpenTelemetry exports to its base URL, accepted and dropped
+    links.py        the run URL the SDK prints opens the run page
     media.py        where media files live and what a value says of them (wandbtables)
     tables.py       tables of rollouts as episodes (wandbtables)
     chats.py        rollout cells as chats (wandbtables)
@@ -26,12 +27,12 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from . import files, filestream, graphql, reads, telemetry
+from . import files, filestream, graphql, links, reads, telemetry
 
 __all__ = ["include_wandb"]
 
 
 def include_wandb(app: FastAPI) -> None:
-    for router in (graphql.router, filestream.router, files.router, telemetry.router):
+    for router in (graphql.router, filestream.router, files.router, telemetry.router, links.router):
         app.include_router(router)
     app.include_router(reads.router, prefix="/api/v1")

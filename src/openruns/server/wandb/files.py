@@ -131,8 +131,11 @@ async def _config_file(state: ServerState, run_seq: int, body: bytes) -> None:
         logger.warning("openruns: run %d: config.yaml is not UTF-8; kept as a file only", run_seq)
         return
     if len(body) > MAX_CONFIG_SOURCE_BYTES:
-        logger.warning("openruns: run %d: config.yaml is over %d bytes; kept as a file only",
-                       run_seq, MAX_CONFIG_SOURCE_BYTES)
+        logger.warning(
+            "openruns: run %d: config.yaml is over %d bytes; kept as a file only",
+            run_seq,
+            MAX_CONFIG_SOURCE_BYTES,
+        )
         return
     await state.store.write(store.set_config_file, run_seq, text, time.time())
 

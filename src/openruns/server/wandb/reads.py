@@ -9,7 +9,7 @@ What a W&B-logged run has beyond the native run, read through the native API (is
                                          rollouts says how many `episodes` were read from it
     GET /api/v1/runs/{id}/media/{path}   one media file, as media.content_type(path)
 
-Behind the API's auth like every run read; a run the wire did not create answers 404 on the
+Behind the API's auth like every run read; a run the wire did not create answers null on the
 first (it has no W&B side) and an empty listing on the second.
 """
 
@@ -40,7 +40,7 @@ async def wandb_side(run_id: str, state: State, caller: Caller) -> JSON:
     run = await readable_run(state, caller, run_id)
     found = await state.store.read(store.run_state, run["seq"])
     if found is None:
-        raise not_found(f"run {run_id!r} was not logged through the W&B SDK")
+        return JSON(None)  # not logged through the W&B SDK: it has no W&B side
     values, _ = wandb_values(found["wandb_config"])
     files = await state.store.read(store.file_names, run["seq"])
     return JSON(
