@@ -24,11 +24,11 @@ create it; a change here needs a new numbered migration.
 - log_lines / log_totals (migration 0007): what a run's processes printed, one row per line at
   its byte offset in the run's output, and per run what was received and what was dropped from
   the middle to stay within the server's bound (store/logs.py).
-- wandb_runs / wandb_console / wandb_files / wandb_media (migration 0010): what the W&B wire (server/wandb/)
-  keeps beyond runs, metrics, logs and episodes: per run its entity, job type, the SDK's own
-  config block and metadata, the file stream's line counts (resume), the open console line per
-  writer, the files the SDK uploaded (config.yaml, tables, media), each a blob, and the media
-  values of its history (wandb_media).
+- wandb_runs / wandb_console / wandb_files / wandb_media (migration 0010): what the W&B wire
+  (server/wandb/) keeps beyond runs, metrics, logs and episodes: per run its entity, job
+  type, the SDK's own config block and metadata, the file stream's line counts (resume), the
+  open console line per writer, the files the SDK uploaded (config.yaml, tables, media), each
+  a blob, and the media values of its history (wandb_media).
 - episode_search (migration 0006): the full-text index of rollouts; its shape differs by
   dialect (FTS5 / tsvector), so it is not a Table here: store/search.py writes its SQL.
 """

@@ -116,7 +116,7 @@ async def create_files(_: Any, info: Info, input: dict[str, Any]) -> dict[str, A
         entry = check_file_name(spec["name"])
         # Entries under media/ (a table's images) are the run's media, at their path.
         name = entry if entry.startswith("media/") else f"artifacts/{client_id}/{entry}"
-        node = {
+        node: dict[str, Any] = {
             "id": _encode("File", run_seq, client_id),
             "name": entry,
             "directUrl": "",

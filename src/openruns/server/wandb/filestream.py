@@ -123,13 +123,10 @@ def _history(chunk: store.StreamUpdate, lines: list[str]) -> None:
             continue  # the SDK numbers every row; one without a step is not a row of it
         for key, value in row.values.items():
             chunk.points[(key, row.step)] = (value, row.ts)
-        for key, value in row.media.items():
-            table = (
-                media.check_media_path(value.get("path"))
-                if value.get("_type") in (media.TABLE_TYPES)
-                else None
-            )
-            chunk.media.append((row.step, key, value, table))
+        for key, item in row.media.items():
+            is_table = item.get("_type") in media.TABLE_TYPES
+            table = media.check_media_path(item.get("path")) if is_table else None
+            chunk.media.append((row.step, key, item, table))
         chunk.history_tail = line
 
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from fastapi import APIRouter, Request
 from graphql import (
     DocumentNode,
+    ExecutionResult,
     GraphQLError,
     GraphQLSchema,
     build_schema,
@@ -94,15 +95,14 @@ async def _answer(request: Request) -> JSON:
     if document is None:
         _log_once(operation, errors)
         return JSON({"errors": [e.formatted for e in errors]})
-    result = execute(
+    executed = execute(
         SCHEMA,
         document,
         context_value=caller,
         variable_values=variables,
         operation_name=operation if isinstance(operation, str) and operation else None,
     )
-    if is_awaitable(result):
-        result = await result
+    result = await executed if is_awaitable(executed) else cast(ExecutionResult, executed)
     answer: dict[str, Any] = {"data": result.data}
     if result.errors:
         for error in result.errors:

@@ -31,7 +31,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -52,7 +52,9 @@ __all__ = [
 _SDK_KEYS = ("_step", "_timestamp", "_runtime", "_wandb")
 _SYSTEM_DOT = re.compile(r"(?<=[A-Za-z0-9_])\.(?=[A-Za-z0-9_])")
 _LEGACY_LINE = re.compile(
-    r"^(?P<error>ERROR )?(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)(?: \[(?P<label>[^\]]*)\])? ?"
+    r"^(?P<error>ERROR )?"
+    r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)"
+    r"(?: \[(?P<label>[^\]]*)\])? ?"
 )
 
 
@@ -95,7 +97,9 @@ def history_row(text: str) -> Row:
     )
 
 
-def _split_media(item: Mapping[str, Any], prefix: str, media: dict[str, dict[str, Any]]) -> dict:
+def _split_media(
+    item: Mapping[str, Any], prefix: str, media: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """`item` without the SDK's keys (at the top) and media references (collected by key)."""
     out: dict[str, Any] = {}
     for key, value in item.items():
@@ -212,5 +216,5 @@ def _is_step(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEP
 
 
-def _is_finite(value: object) -> bool:
+def _is_finite(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

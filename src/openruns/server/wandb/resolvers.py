@@ -168,13 +168,14 @@ def _state(run: dict[str, Any]) -> str:
         "failed": "failed",
         "crashed": "crashed",
         "cancelled": "killed",
-    }.get(run["status"], run["status"])
+    }.get(run["status"], str(run["status"]))
 
 
 def wandb_config(run: dict[str, Any], info: Info, keys: list[str] | None = None) -> str:
-    own = run["_wandb"]
+    own: dict[str, Any] = run["_wandb"]
     picked = {k: own[k] for k in keys if k in own} if keys is not None else own
-    return orjson.dumps(picked).decode()
+    text: str = orjson.dumps(picked).decode()
+    return text
 
 
 async def upsert_bucket(_: Any, info: Info, input: dict[str, Any]) -> dict[str, Any]:
