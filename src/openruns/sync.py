@@ -81,22 +81,25 @@ def run(args: argparse.Namespace) -> int:
         return 0
     wire = WireClient.from_settings(settings)
     console = Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console
-    ) as progress:
+    try:
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console
+        ) as progress:
 
-        def one(run_dir: Path) -> SyncResult:
-            task = progress.add_task(run_dir.name, total=None)
-            return sync_run(
-                wire,
-                run_dir,
-                retry_timeout=settings.retry_timeout,
-                on_total=lambda n: progress.update(task, total=n),
-                on_batch=lambda: progress.advance(task),
-            )
+            def one(run_dir: Path) -> SyncResult:
+                task = progress.add_task(run_dir.name, total=None)
+                return sync_run(
+                    wire,
+                    run_dir,
+                    retry_timeout=settings.retry_timeout,
+                    on_total=lambda n: progress.update(task, total=n),
+                    on_batch=lambda: progress.advance(task),
+                )
 
-        with ThreadPoolExecutor(max(1, args.parallel)) as pool:
-            results = list(pool.map(one, run_dirs))
+            with ThreadPoolExecutor(max(1, args.parallel)) as pool:
+                results = list(pool.map(one, run_dirs))
+    finally:
+        wire.close()  # its connections (a sync called in-process, as the tests do)
     failed = False
     for result in results:
         line = (

@@ -52,6 +52,8 @@ def test_the_runs_page_lists_the_run_in_its_project(page, logged):
     page.goto("/?project=dash-proj")
     row = page.locator("#runs tbody tr", has_text="wandb on the dashboard")
     expect(row).to_have_count(1)
+    page.click("#columns summary")
+    page.check('#columns-fixed input[value="Project"]')  # a column to choose, as Group is
     expect(row).to_contain_text("dash-proj")
     expect(row).to_contain_text("completed")
     page.fill("#f-project", "no-such-project")

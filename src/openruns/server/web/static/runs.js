@@ -28,7 +28,7 @@ const FIXED = {
     cell: (run) => [h("a", { href: `/runs/${encodeURIComponent(run.id)}`, tabindex: "-1" }, run.name || run.id),
       (run.tags || []).map((t) => [" ", h("span", { class: "tag" }, t)])],
   },
-  Project: { cell: (run) => run.project || "default" },
+  Project: { cell: (run) => run.project || "default", hidden: true },
   Group: { cell: (run) => run.group || h("span", { class: "muted" }, "—"), hidden: true },
   Model: { cell: (run) => run.model || "—" },
   Started: { cell: (run) => timeCell(run.created_at) },
