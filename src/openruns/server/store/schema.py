@@ -396,6 +396,9 @@ wandb_media = Table(
     Column("key", Text, nullable=False),
     Column("value", Text, nullable=False),  # the history value (JSON): {"_type": ..., "path": ...}
     Column("path", String(512)),  # a table's file (media/table/...), to find it when it arrives
+    # The table's copy in its run_table artifact (artifacts/<client id>/<entry>): its image cells
+    # name media files, where the run file's copy says "Image"; read instead when it comes.
+    Column("copy", String(1200)),
     Column("episodes", Integer),  # a table: the rollouts read from it (null: not read yet)
     UniqueConstraint("run_seq", "step", "key", name="uq_wandb_media_run_step_key"),
     Index("ix_wandb_media_run_path", "run_seq", "path"),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, and_, select, update
+from sqlalchemy import Connection, and_, or_, select, update
 
 from ...spec import ConfigSource, RunStatus
 from ..errors import ApiError, bad_request
@@ -38,9 +38,11 @@ from .sql import insert_ignore, lock_run, upsert
 
 __all__ = [
     "ConfigUpdate",
+    "MediaValue",
     "StreamUpdate",
     "add_file",
     "console_line_count",
+    "copies_of",
     "file_names",
     "file_of_run",
     "glob_step_metrics",
@@ -55,6 +57,10 @@ __all__ = [
 
 _ERROR_LINES = 20  # a failed run's error: the last lines of its output
 CONFIG_FILE = "config.yaml"
+
+
+# A history row's media value: (step, key, the value, a table's run file, its artifact copy).
+MediaValue = tuple[int | None, str, dict[str, Any], str | None, str | None]
 
 
 @dataclass
@@ -82,8 +88,8 @@ class StreamUpdate:
     console: list[dict[str, Any]] = field(default_factory=list)
     complete: bool = False
     exitcode: int | None = None
-    # (step, key, media value, its table file if a table): images and tables of history rows
-    media: list[tuple[int | None, str, dict[str, Any], str | None]] = field(default_factory=list)
+    # The images and tables of its history rows.
+    media: list[MediaValue] = field(default_factory=list)
 
 
 def run_state(conn: Connection, run_seq: int) -> dict[str, Any] | None:
@@ -238,6 +244,7 @@ def ingest_stream(
     if chunk.complete and run["status"] == RunStatus.RUNNING:
         status, error = _outcome(conn, run, chunk.exitcode)
         runs.finish_run(conn, run_seq, status, error, {}, now)
+        tables += [t for t in _tables_left(conn, run_seq) if t not in tables]
     return {"stopped": run["stop_requested_at"] is not None, "tables": tables}
 
 
@@ -365,7 +372,10 @@ def add_file(
             run_seq=run_seq, name=name, blob_key=blob_key, bytes=nbytes, created_at=now
         )
     )
-    return _unread_tables(conn, run_seq, wandb_media.c.path == name)
+    m = wandb_media.c
+    return _unread_tables(
+        conn, run_seq, or_(and_(m.path == name, m.copy.is_(None)), m.copy == name)
+    )
 
 
 def file_of_run(conn: Connection, run_seq: int, name: str) -> dict[str, Any] | None:
@@ -396,34 +406,58 @@ def media_items(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
     ]
 
 
+def copies_of(conn: Connection, run_seq: int, path: str) -> list[str]:
+    """The artifact copies of a table's run file (media/table/...), if any."""
+    query = select(wandb_media.c.copy).where(
+        wandb_media.c.run_seq == run_seq,
+        wandb_media.c.path == path,
+        wandb_media.c.copy.is_not(None),
+    )
+    return sorted({copy for (copy,) in conn.execute(query)})
+
+
 def set_episodes(conn: Connection, media_id: int, episodes: int) -> None:
     """A table's rollouts were read: how many (0: not a table of rollouts)."""
     conn.execute(update(wandb_media).where(wandb_media.c.id == media_id).values(episodes=episodes))
 
 
-def _add_media(
-    conn: Connection, run_seq: int, media: list[tuple[int | None, str, dict[str, Any], str | None]]
-) -> list[dict[str, Any]]:
-    """Keep each (step, key, value, table path) once; the tables among them whose file is here
-    and which were not read yet."""
-    for step, key, value, path in media:
+def _add_media(conn: Connection, run_seq: int, media: list[MediaValue]) -> list[dict[str, Any]]:
+    """Keep each media value once; the tables among them ready to be read (their file is in:
+    the artifact's copy when they have one, else the run file)."""
+    for step, key, value, path, copy in media:
         conn.execute(
             insert_ignore(conn, wandb_media).values(
-                run_seq=run_seq, step=step, key=key, value=runs.dump_json(value, key), path=path
+                run_seq=run_seq,
+                step=step,
+                key=key,
+                value=runs.dump_json(value, key),
+                path=path,
+                copy=copy,
             )
         )
-    paths = [path for _, _, _, path in media if path]
-    if not paths:
+    names = [name for _, _, _, path, copy in media for name in (path, copy) if name]
+    if not names:
         return []
     here = select(wandb_files.c.name).where(
-        wandb_files.c.run_seq == run_seq, wandb_files.c.name.in_(paths)
+        wandb_files.c.run_seq == run_seq, wandb_files.c.name.in_(names)
     )
+    m = wandb_media.c
+    return _unread_tables(
+        conn, run_seq, or_(and_(m.copy.is_(None), m.path.in_(here)), m.copy.in_(here))
+    )
+
+
+def _tables_left(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
+    """At the run's end: the tables still unread whose run file is in (their artifact's copy
+    never came), read from that."""
+    here = select(wandb_files.c.name).where(wandb_files.c.run_seq == run_seq)
     return _unread_tables(conn, run_seq, wandb_media.c.path.in_(here))
 
 
 def _unread_tables(conn: Connection, run_seq: int, where: Any) -> list[dict[str, Any]]:
-    query = select(wandb_media.c.id, wandb_media.c.step, wandb_media.c.key, wandb_media.c.path)
-    query = query.where(wandb_media.c.run_seq == run_seq, wandb_media.c.episodes.is_(None), where)
+    m = wandb_media.c
+    query = select(m.id, m.step, m.key, m.path, m.copy)
+    query = query.where(m.run_seq == run_seq, m.episodes.is_(None), m.path.is_not(None), where)
     return [dict(row) for row in conn.execute(query).mappings()]
 
 

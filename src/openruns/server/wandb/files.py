@@ -16,7 +16,9 @@ wandb_files; some also mean something for the run:
 - wandb-metadata.json (host, program, git commit, Python, GPU) is shown with the run;
 - a table's file (media/table/*.table.json), once the history row naming it is in too, is read
   by tables.episodes_from_table: a table of rollouts becomes episodes of its step, one per row;
-  any other table is kept, and shown as a table.
+  any other table is kept, and shown as a table. A table the SDK also saved in its run_table
+  artifact is read from that copy (its image cells name media files, the run file's say
+  "Image"); from the run file if the copy has not come when the run ends.
 """
 
 from __future__ import annotations
@@ -156,7 +158,10 @@ async def read_tables(
     of its step (tables.episodes_from_table), counted on its media row; another table is
     kept as a table (0 episodes)."""
     for table_row in unread:
-        found = await state.store.read(store.file_of_run, run["seq"], table_row["path"])
+        found = None
+        for name in (table_row["copy"], table_row["path"]):  # the artifact's copy first
+            if name and found is None:
+                found = await state.store.read(store.file_of_run, run["seq"], name)
         if found is None:
             continue
         data = await run_in_threadpool(state.blobs.get, found["blob_key"])

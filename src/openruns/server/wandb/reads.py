@@ -74,7 +74,11 @@ async def media_listing(run_id: str, state: State, caller: Caller) -> JSON:
 async def media_file(run_id: str, path: str, state: State, caller: Caller) -> Response:
     run = await readable_run(state, caller, run_id)
     checked = media.check_media_path(path)
-    found = await state.store.read(store.file_of_run, run["seq"], checked) if checked else None
+    found: dict[str, Any] | None = None
+    if checked is not None:  # a table: its artifact's copy when it came (its image cells)
+        for name in await state.store.read(store.copies_of, run["seq"], checked) + [checked]:
+            if found is None:
+                found = await state.store.read(store.file_of_run, run["seq"], name)
     if checked is None or found is None:
         raise not_found(f"run {run_id!r} has no media file {path[:200]!r}")
     data = await run_in_threadpool(state.blobs.get, found["blob_key"])

@@ -18,7 +18,8 @@ Revises: 0009
 - wandb_files: the files the SDK uploaded to a run (config.yaml, requirements.txt, media,
   a table artifact's entries), each a blob, by name.
 - wandb_media: each media value of the run's history (an image, a table) at its step and key,
-  with the file it names; a table of rollouts counts the episodes read from it.
+  with the file it names (and a table's copy in the run's table artifact, whose image cells
+  name media files); a table of rollouts counts the episodes read from it.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def upgrade() -> None:
         sa.Column("key", sa.Text, nullable=False),
         sa.Column("value", sa.Text, nullable=False),
         sa.Column("path", sa.String(512)),
+        sa.Column("copy", sa.String(1200)),
         sa.Column("episodes", sa.Integer),
         sa.UniqueConstraint("run_seq", "step", "key", name="uq_wandb_media_run_step_key"),
     )
