@@ -25,9 +25,6 @@ The calls follow the frameworks' source at the commits the search tool's snapsho
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -38,8 +35,8 @@ import pytest
 from openruns.api import Client
 from tests.server.helpers import ServerProcess
 
-ROOT = Path(__file__).resolve().parents[2]
-API_KEY = "0" * 40  # any key on loopback without auth: the SDK wants 40 characters
+from .helpers import run_wandb
+
 pytestmark = pytest.mark.slow
 
 FRAMEWORKS = Path(__file__).parent / "frameworks"
@@ -59,38 +56,10 @@ def client(server):
 
 
 def run_framework(script: str, tmp_path: Path, server: ServerProcess, **env: str) -> str:
-    """Run frameworks/`script` with only the W&B variables a user sets (and RUN_NAME, OUT for
-    the script); the run's name. The process must exit 0 within the time limit."""
+    """Run frameworks/`script` as a user would (helpers.run_wandb); the run's name."""
     name = f"{Path(script).stem.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    environ = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(home),
-        "PYTHONPATH": str(ROOT),
-        "WANDB_BASE_URL": server.url,
-        "WANDB_API_KEY": API_KEY,
-        "WANDB_DIR": str(tmp_path),
-        "WANDB_SILENT": "true",
-        "WANDB_DISABLE_GIT": "true",
-        "WANDB_DISABLE_CODE": "true",
-        "HF_HUB_OFFLINE": "1",
-        "OUT": str(tmp_path / "out"),
-        "RUN_NAME": name,
-        **env,
-    }
-    proc = subprocess.run(
-        [sys.executable, str(FRAMEWORKS / script)],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, (
-        f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    )
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["name"] == name
+    report = run_wandb(FRAMEWORKS / script, tmp_path, server.url, RUN_NAME=name, **env)
+    assert report["name"] == name
     return name
 
 
