@@ -35,12 +35,13 @@ def loaded(image) -> int:
 
 def test_rollout_rows_are_episodes_with_the_prompts_picture(page, wandb_run):
     page.goto(f"/runs/{wandb_run}/steps/2")
-    rows = page.locator("#episodes-table tbody tr")
+    rows = page.locator("#episodes tbody tr")
     expect(rows).to_have_count(2)
-    expect(page.locator("#episodes-table")).to_contain_text("Describe picture 2")
-    page.locator("#episodes-table tbody tr", has_text="Describe picture 2").locator(
-        "a"
-    ).first.click()
+    expect(page.locator("#episodes tbody")).to_have_attribute("data-previews", "loaded")
+    pictured = rows.filter(has_text="Describe picture 2")
+    expect(pictured.locator("td.reply")).to_have_text("a coloured square")
+    expect(page.locator("#histogram")).to_have_attribute("data-count", "2")
+    pictured.locator("a").first.click()
     figure = page.locator("article.message figure.part.image")
     expect(figure).to_have_count(1)
     expect(figure.locator("figcaption")).to_have_text("picture 2")
