@@ -173,13 +173,16 @@ class _Sync:
         except NotFoundError:
             pass
         keys = ("kind", "name", "model", "environments", "framework", "description", "tags")
-        fields = (*keys, "group", "config", "training", "team_id")
+        fields = (*keys, "group", "project", "config", "training", "team_id")
         body = {k: meta[k] for k in fields if meta.get(k) is not None}
         body.setdefault("kind", "eval")
         body["id"] = self.run_id
         if isinstance(meta.get("created_at"), (int, float)):
             body["created_at"] = meta["created_at"]  # the run's own start, not the sync's
         self.retried(lambda: self.wire.create_run(body, key=self.run_id))
+        step_metrics = meta.get("step_metrics")
+        if isinstance(step_metrics, dict) and step_metrics:
+            self.retried(lambda: self.wire.patch_run(self.run_id, {"step_metrics": step_metrics}))
 
     def unacknowledged(self, count_skipped: bool = True) -> Iterable[tuple[str, StoredBatch]]:
         for stream in STREAMS:
