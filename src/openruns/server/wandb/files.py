@@ -131,8 +131,11 @@ async def _config_file(state: ServerState, run_seq: int, body: bytes) -> None:
         logger.warning("openruns: run %d: config.yaml is not UTF-8; kept as a file only", run_seq)
         return
     if len(body) > MAX_CONFIG_SOURCE_BYTES:
-        logger.warning("openruns: run %d: config.yaml is over %d bytes; kept as a file only",
-                       run_seq, MAX_CONFIG_SOURCE_BYTES)
+        logger.warning(
+            "openruns: run %d: config.yaml is over %d bytes; kept as a file only",
+            run_seq,
+            MAX_CONFIG_SOURCE_BYTES,
+        )
         return
     await state.store.write(store.set_config_file, run_seq, text, time.time())
 
@@ -157,13 +160,10 @@ async def read_tables(
         if found is None:
             continue
         data = await run_in_threadpool(state.blobs.get, found["blob_key"])
-        try:
-            table = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            table = None
+        table = tables.parse_table(data)
         episodes = (
             tables.episodes_from_table(table, step=table_row["step"], key=table_row["key"])
-            if isinstance(table, dict)
+            if table is not None
             else None
         )
         if episodes:

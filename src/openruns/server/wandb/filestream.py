@@ -124,9 +124,7 @@ def _history(chunk: store.StreamUpdate, lines: list[str]) -> None:
         for key, value in row.values.items():
             chunk.points[(key, row.step)] = (value, row.ts)
         for key, value in row.media.items():
-            table = media.check_media_path(value.get("path")) if value.get("_type") in (
-                media.TABLE_TYPES
-            ) else None
+            table = media.table_source(value) if value.get("_type") in media.TABLE_TYPES else None
             chunk.media.append((row.step, key, value, table))
         chunk.history_tail = line
 

@@ -20,9 +20,10 @@ stores and serves, and the dashboard reads:
 
     GET /api/v1/runs/{id}/media          {"items": [media_item(...), ...]}: every media value of
                                          the run's history (images, tables), by step then key
-    GET /api/v1/runs/{id}/media/{path}   the file's bytes, as content_type(path); a table's
-                                         file is the artifact's copy when it came (its image
-                                         cells name media paths), else the run file's
+    GET /api/v1/runs/{id}/media/{path}   the file's bytes, as content_type(path) (servable: a
+                                         table as valid JSON); a table's file is its artifact
+                                         copy (table_source: its image cells name media
+                                         paths), else the run file
 
 A file is stored at `blob_key(run_seq, path)`: a run file under `media/` as uploaded, and each
 entry under `media/` of a `run_table` artifact at its entry path. A history row's media values
@@ -38,10 +39,13 @@ from the run's media route (`media_url`).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 __all__ = [
     "MEDIA_ROUTE",
@@ -55,6 +59,8 @@ __all__ = [
     "media_item",
     "media_refs",
     "media_url",
+    "servable",
+    "table_source",
 ]
 
 # The route the run's media are read from; `path` is check_media_path's.
@@ -69,7 +75,10 @@ MEDIA_TYPES = (
     | frozenset({"audio-file", "video-file", "html-file", "object3D-file"})
 )
 # A path as the SDK writes one: media/<kind>/<name>.<ext>, names of letters, digits, _ - .
-_PATH = re.compile(r"media(/[A-Za-z0-9_][A-Za-z0-9_.\-]*)+")
+_SEGMENT = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
+_PATH = re.compile(rf"(media|artifacts)(/{_SEGMENT})+")
+# A logged table's `artifact_path`: its copy in the run_table artifact the SDK saved with it.
+_CLIENT_ARTIFACT = re.compile(rf"wandb-client-artifact://({_SEGMENT})/({_SEGMENT})")
 _MAX_PATH = 512
 _TYPES = {
     "json": "application/json",
@@ -118,7 +127,7 @@ def media_item(key: str, step: int | None, value: Mapping[str, Any]) -> dict[str
     `"episodes": n` to a table's item when tables.episodes_from_table read n rollouts in it."""
     kind = value.get("_type")
     if kind in TABLE_TYPES:
-        path = check_media_path(value.get("path"))
+        path = table_source(value)
         if path is None:
             return None
         item: dict[str, Any] = {"key": key, "step": step, "type": kind, "paths": [path]}
@@ -163,10 +172,36 @@ def media_refs(value: Any) -> list[MediaRef]:
     return [MediaRef(path, kind, _text(value.get("caption")), width, height)]
 
 
+def table_source(value: Mapping[str, Any]) -> str | None:
+    """The file a logged table is read from: its copy in the run_table artifact
+    (`artifacts/<client id>/<entry>`, as the wire stores an artifact's entries) when the value
+    names one, since only that copy has its images (the run file's copy holds "Image"), else
+    the run file (`path`); None when neither is a path check_media_path accepts."""
+    artifact = value.get("artifact_path")
+    match = _CLIENT_ARTIFACT.fullmatch(artifact) if isinstance(artifact, str) else None
+    if match:
+        copy = check_media_path(f"artifacts/{match.group(1)}/{match.group(2)}")
+        if copy is not None:
+            return copy
+    return check_media_path(value.get("path"))
+
+
+def servable(path: str, data: bytes) -> bytes:
+    """A media file as the media route answers it: a JSON file (a table) as valid JSON, its
+    NaN and infinities (json.dump's, which the SDK uses) as null; anything else as stored."""
+    if content_type(path) != "application/json":
+        return data
+    try:
+        return orjson.dumps(json.loads(data))
+    except ValueError:
+        return data
+
+
 def check_media_path(path: Any) -> str | None:
-    """`path` when it is a media path as the SDK writes one (`media/...`, relative, segments of
-    letters, digits, `_`, `-` and `.`, none of them `.` or `..`), else None: a path that came off
-    the wire is never trusted to name a blob."""
+    """`path` when it is a media path as the SDK writes one (`media/...`, or an artifact's entry
+    as the wire stores it: `artifacts/<client id>/...`; relative, segments of letters, digits,
+    `_`, `-` and `.`, none of them `.` or `..`), else None: a path that came off the wire is never
+    trusted to name a blob."""
     if not isinstance(path, str) or len(path) > _MAX_PATH or not _PATH.fullmatch(path):
         return None
     if any(part in (".", "..") for part in path.split("/")):

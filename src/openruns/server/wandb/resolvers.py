@@ -70,8 +70,12 @@ def server_info(_: Any, info: Info) -> dict[str, Any]:
 
 
 def _entity(name: str) -> dict[str, Any]:
-    return {"id": _id("Entity", name), "name": name, "organization": None,
-            "xxhashDigestsEnabled": False}
+    return {
+        "id": _id("Entity", name),
+        "name": name,
+        "organization": None,
+        "xxhashDigestsEnabled": False,
+    }
 
 
 def entity(_: Any, info: Info, name: str | None = None) -> dict[str, Any]:
