@@ -28,9 +28,13 @@ def wandb_run(server, tmp_path_factory) -> str:
 
 
 def loaded(image) -> int:
-    """The natural width of an <img> once it has loaded (0 while it has not, or failed)."""
-    image.wait_for(state="visible")
-    return image.evaluate("(img) => img.complete ? img.naturalWidth : 0")
+    """The natural width of an <img> once it has loaded (scrolled to: images load lazily);
+    a picture that does not load times out."""
+    image.scroll_into_view_if_needed()
+    image.page.wait_for_function(
+        "(img) => img.complete && img.naturalWidth > 0", arg=image.element_handle()
+    )
+    return image.evaluate("(img) => img.naturalWidth")
 
 
 def test_rollout_rows_are_episodes_with_the_prompts_picture(page, wandb_run):
