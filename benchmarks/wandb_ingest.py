@@ -65,10 +65,11 @@ def timed(call, *args, **kwargs):
     call(*args, **kwargs)
     costs.append(time.perf_counter() - start)
 
-def report(seconds):
+def report(seconds, lost=None):
     costs.sort()
     print(json.dumps({{
         "seconds": seconds,
+        "lost": lost,
         "p50_us": costs[len(costs) // 2] * 1e6,
         "p99_us": costs[int(len(costs) * 0.99)] * 1e6,
         "mean_us": statistics.fmean(costs) * 1e6,
@@ -87,7 +88,7 @@ for step in range(STEPS):
         timed(run.log, {{"completions": wandb.Table(columns=COLUMNS, data=rows(table))}}, step=step)
         table += 1
 run.finish()
-report(time.perf_counter() - start)
+report(time.perf_counter() - start)  # the W&B SDK has no loss counters
 """
 
 _OPENRUNS = """
@@ -103,7 +104,8 @@ for step in range(STEPS):
         timed(run.log_episodes, episodes, step=step)
         table += 1
 run.finish()
-report(time.perf_counter() - start)
+seconds = time.perf_counter() - start
+report(seconds, {{"dropped": run.dropped_records, "failed": run.failed_records}})
 """
 
 
@@ -140,9 +142,9 @@ def main() -> None:
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(
         "| producer | log() p50 / p99 / mean (µs) | first log to finish() | rows/s "
-        "| stored (points of a key, episodes) | server CPU-s per M rows |"
+        "| stored (points of a key, episodes) | lost (the SDK's count) | server CPU-s per M rows |"
     )
-    print("| --- | ---: | ---: | ---: | --- | ---: |")
+    print("| --- | ---: | ---: | ---: | --- | --- | ---: |")
     for label, r in results.items():
         stored = r.get("stored")
         cpu = r.get("server_cpu")
@@ -150,6 +152,7 @@ def main() -> None:
             f"| {label} | {r['p50_us']:.1f} / {r['p99_us']:.1f} / {r['mean_us']:.1f} "
             f"| {r['seconds']:.1f} s | {rows / r['seconds']:,.0f} "
             f"| {'written offline' if stored is None else f'{stored[0]:,}, {stored[1]:,}'} "
+            f"| {'not counted' if r['lost'] is None else json.dumps(r['lost'])} "
             f"| {'—' if cpu is None else f'{cpu / (rows / 1e6):.1f}'} |"
         )
 
