@@ -31,10 +31,10 @@ import pytest
 
 from openruns.records import index_fields
 from openruns.server.rollouts import Query, record_preview, record_text, snippets
+from openruns.server.wandb.history import history_row
 from openruns.server.wandb.media import (
     check_media_path,
     content_type,
-    history_media,
     image_part,
     media_item,
     media_refs,
@@ -362,7 +362,7 @@ def test_media_paths_are_checked_before_they_name_a_blob():
     assert media_refs({"_type": "table-file", "path": "media/table/x.table.json"}) == []
 
 
-def test_a_history_rows_media_are_items_not_metrics():
+def test_media_values_of_a_history_row_are_listed_as_items():
     # A history row as file_stream carries it (probed with wandb 0.31.0: run.log({...}, step=1)).
     table = {
         "_type": "table-file",
@@ -383,10 +383,10 @@ def test_a_history_rows_media_are_items_not_metrics():
         "sha256": "6e5e",
         "size": 77,
     }
-    row = {"_step": 1, "loss": 1.0, "completions": table, "val": {"pic": pic, "acc": 0.5}}
-    media = history_media(row)
-    assert [k for k, _ in media] == ["completions", "val/pic"]
-    items = [media_item(k, 1, v) for k, v in media]
+    line = {"_step": 1, "loss": 1.0, "completions": table, "val": {"pic": pic, "acc": 0.5}}
+    row = history_row(json.dumps(line))  # the wire's reading of a history line
+    assert list(row.media) == ["completions", "val/pic"] and "val/acc" in row.values
+    items = [media_item(k, row.step, v) for k, v in row.media.items()]
     assert items == [
         {
             "key": "completions",

@@ -42,19 +42,6 @@ pytestmark = pytest.mark.slow
 FRAMEWORKS = Path(__file__).parent / "frameworks"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    proc = ServerProcess(tmp_path_factory.mktemp("wandb-frameworks") / "data").start()
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture
-def client(server):
-    with Client(base_url=server.url) as native:
-        yield native
-
-
 def run_framework(script: str, tmp_path: Path, server: ServerProcess, **env: str) -> str:
     """Run frameworks/`script` as a user would (helpers.run_wandb); the run's name."""
     name = f"{Path(script).stem.replace('_', '-')}-{uuid.uuid4().hex[:6]}"

@@ -27,11 +27,11 @@ stores and serves, and the dashboard reads:
 
 A file is stored at `blob_key(run_seq, path)`: a run file under `media/` as uploaded, and each
 entry under `media/` of a `run_table` artifact at its entry path. A history row's media values
-(`history_media(row)`) are not metrics: each becomes a `media_item`. A record holds an image as
+(`is_media`) are not metrics: each becomes a `media_item`. A record holds an image as
 an OpenAI-style content part whose URL is the media path (`image_part`); the dashboard reads it
 from the run's media route (`media_url`).
 
-    items = [media_item(key, step, value) for key, value in history_media(row)]
+    item = media_item("val/pic", 3, value)   # what the media listing says of it
     refs = media_refs(value)              # [MediaRef(path, kind, caption, width, height)]
     part = image_part(ref)                # {"type": "image_url", "image_url": {"url": path}}
     key = blob_key(run["seq"], ref.path)  # runs/<seq>/wandb/media/images/...
@@ -53,7 +53,6 @@ __all__ = [
     "blob_key",
     "check_media_path",
     "content_type",
-    "history_media",
     "image_part",
     "is_media",
     "media_item",
@@ -105,19 +104,6 @@ class MediaRef:
 def is_media(value: Any) -> bool:
     """Whether a logged value is a media reference (its `_type` is one of W&B's file media)."""
     return isinstance(value, Mapping) and value.get("_type") in MEDIA_TYPES
-
-
-def history_media(row: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Mapping[str, Any]]]:
-    """The media values of a history row, with their keys (nested mappings joined with `/`, as
-    metrics are), in the row's order; what is left of the row is metrics."""
-    out: list[tuple[str, Mapping[str, Any]]] = []
-    for name, value in row.items():
-        key = f"{prefix}{name}"
-        if is_media(value):
-            out.append((key, value))
-        elif isinstance(value, Mapping):
-            out.extend(history_media(value, key + "/"))
-    return out
 
 
 def media_item(key: str, step: int | None, value: Mapping[str, Any]) -> dict[str, Any] | None:
