@@ -35,7 +35,7 @@ import pytest
 from openruns.api import Client
 from tests.server.helpers import ServerProcess
 
-from .helpers import run_wandb
+from .helpers import run_file
 
 pytestmark = pytest.mark.slow
 
@@ -43,9 +43,9 @@ FRAMEWORKS = Path(__file__).parent / "frameworks"
 
 
 def run_framework(script: str, tmp_path: Path, server: ServerProcess, **env: str) -> str:
-    """Run frameworks/`script` as a user would (helpers.run_wandb); the run's name."""
+    """Run frameworks/`script` as a user would (helpers.run_file); the run's name."""
     name = f"{Path(script).stem.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
-    report = run_wandb(FRAMEWORKS / script, tmp_path, server.url, RUN_NAME=name, **env)
+    report = run_file(FRAMEWORKS / script, tmp_path, server.url, RUN_NAME=name, **env)
     assert report["name"] == name
     return name
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.wandb.helpers import run_wandb
+from tests.wandb.helpers import run_file
 
 SCRIPT = Path(__file__).with_name("wandb_media_run.py")
 
@@ -21,7 +21,7 @@ SCRIPT = Path(__file__).with_name("wandb_media_run.py")
 @pytest.fixture(scope="module")
 def wandb_run(server, tmp_path_factory) -> str:
     name = f"web-wandb-{uuid.uuid4().hex[:6]}"
-    run_wandb(SCRIPT, tmp_path_factory.mktemp("wandb-media"), server.url, RUN_NAME=name)
+    run_file(SCRIPT, tmp_path_factory.mktemp("wandb-media"), server.url, RUN_NAME=name)
     runs = httpx.get(f"{server.url}/api/v1/runs", params={"name": name}, timeout=30).json()
     (run,) = [r for r in runs["items"] if r["name"] == name]
     return run["id"]

@@ -66,6 +66,7 @@ class ConfigUpdate:
     step_metrics: dict[str, str]  # define_metric(name, step_metric=K)
     globs: list[tuple[str, str]]  # define_metric("eval/*", step_metric=K)
     branch: dict[str, Any] | None  # fork_from: {run_id, step}
+    shared_mode: bool = False  # a writer of several (Settings(mode="shared"))
 
 
 @dataclass
@@ -121,7 +122,7 @@ def upsert_run(
         )
     )
     changes = {k: fields[k] for k in ("description", "notes", "group", "tags") if fields.get(k)}
-    if changes and not created:
+    if changes:  # (a new run has them but its notes: create_run takes none)
         runs.patch_run(conn, seq, changes, now)
     if fields.get("name") and not created:
         conn.execute(update(runs_table).where(runs_table.c.seq == seq).values(name=fields["name"]))

@@ -32,6 +32,9 @@ DEFAULT_WANDB_PROJECT = "uncategorized"  # W&B's project of a run that names non
 # Features this server declares: console lines in the structured form (level, time, label).
 FEATURES = ("STRUCTURED_CONSOLE_LOGS",)
 Info = GraphQLResolveInfo
+# The SDK's telemetry (config `_wandb.t`, "3": the features in use) numbers shared mode 67
+# (wandb_telemetry.proto, Feature.shared_mode).
+SHARED_MODE_FEATURE = 67
 
 
 def _caller(info: Info) -> WireCaller:
@@ -199,11 +202,13 @@ async def upsert_bucket(_: Any, info: Info, input: dict[str, Any]) -> dict[str, 
         "group": input.get("groupName"),
         "job_type": job_type,
         "project": input.get("modelName") or DEFAULT_WANDB_PROJECT,
-        # A process starting on the run sends its host and program: a run that ended runs
-        # again (resume="allow"/"must", or the same id given twice).
-        "resume": bool(input.get("host") or input.get("jobProgram")),
     }
     config = _config(input.get("config"))
+    # A process starting on the run sends its host and program: a run that ended runs again
+    # (resume="allow"/"must", or the same id given twice). Not a shared-mode writer's: one
+    # that starts late must not reopen the run its primary finished.
+    starting = bool(input.get("host") or input.get("jobProgram"))
+    fields["resume"] = starting and not (config is not None and config.shared_mode)
     run, created = await state.store.write(
         store.upsert_run, team, fields, config, time.time(), state.auth_enabled
     )
@@ -220,12 +225,15 @@ def _config(text: str | None) -> store.ConfigUpdate | None:
     values, own = wandb_values(raw)
     exact, globs = metric_definitions(own)
     branch = own.get("branch_point")
+    telemetry = own.get("t")
+    features = telemetry.get("3") if isinstance(telemetry, dict) else None
     return store.ConfigUpdate(
         raw=raw,
         values=values,
         step_metrics=exact,
         globs=globs,
         branch=branch if isinstance(branch, dict) else None,
+        shared_mode=isinstance(features, list) and SHARED_MODE_FEATURE in features,
     )
 
 
