@@ -25,6 +25,7 @@ The calls follow the frameworks' source at the commits the search tool's snapsho
 from __future__ import annotations
 
 import json
+import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,22 @@ def test_openrlhf_wandb_logger(server, client, tmp_path):
     assert [reward for _, reward in rows] == pytest.approx([1 / 3, 2 / 3, 1.0])
     (last,) = episodes(client, native["id"], step=3)
     assert last["completion"] == "Question: 3+1? Answer: 4"
+    # The three tables held 1 + 2 + 3 rows; only the 3 rollouts were stored, once each.
+    assert stored_records(server, native["id"]) == 3
+
+
+def stored_records(server: ServerProcess, run_id: str) -> int:
+    """Records in the run's episode segments, read from the server's own database."""
+    db = sqlite3.connect(f"file:{server.data_dir / 'openruns.db'}?mode=ro", uri=True)
+    try:
+        (total,) = db.execute(
+            "SELECT COALESCE(SUM(s.records), 0) FROM segments s JOIN runs r ON r.seq = s.run_seq"
+            " WHERE r.id = ? AND s.stream = 'episodes'",
+            (run_id,),
+        ).fetchone()
+    finally:
+        db.close()
+    return int(total)
 
 
 def test_nemo_rl_wandb_logger_with_full_result_tables(server, client, tmp_path):
