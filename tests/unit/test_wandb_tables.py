@@ -31,15 +31,17 @@ import pytest
 
 from openruns.records import index_fields
 from openruns.server.rollouts import Query, record_preview, record_text, snippets
+from openruns.server.wandb.history import history_row
 from openruns.server.wandb.media import (
     check_media_path,
     content_type,
-    history_media,
     image_part,
     media_item,
     media_refs,
+    servable,
+    table_source,
 )
-from openruns.server.wandb.tables import episodes_from_table
+from openruns.server.wandb.tables import episodes_from_table, parse_table
 
 
 def artifact_table(columns, rows, **extra):
@@ -360,7 +362,7 @@ def test_media_paths_are_checked_before_they_name_a_blob():
     assert media_refs({"_type": "table-file", "path": "media/table/x.table.json"}) == []
 
 
-def test_a_history_rows_media_are_items_not_metrics():
+def test_media_values_of_a_history_row_are_listed_as_items():
     # A history row as file_stream carries it (probed with wandb 0.31.0: run.log({...}, step=1)).
     table = {
         "_type": "table-file",
@@ -381,10 +383,10 @@ def test_a_history_rows_media_are_items_not_metrics():
         "sha256": "6e5e",
         "size": 77,
     }
-    row = {"_step": 1, "loss": 1.0, "completions": table, "val": {"pic": pic, "acc": 0.5}}
-    media = history_media(row)
-    assert [k for k, _ in media] == ["completions", "val/pic"]
-    items = [media_item(k, 1, v) for k, v in media]
+    line = {"_step": 1, "loss": 1.0, "completions": table, "val": {"pic": pic, "acc": 0.5}}
+    row = history_row(json.dumps(line))  # the wire's reading of a history line
+    assert list(row.media) == ["completions", "val/pic"] and "val/acc" in row.values
+    items = [media_item(k, row.step, v) for k, v in row.media.items()]
     assert items == [
         {
             "key": "completions",
@@ -393,7 +395,7 @@ def test_a_history_rows_media_are_items_not_metrics():
             "nrows": 2,
             "ncols": 6,
             "log_mode": "IMMUTABLE",
-            "paths": ["media/table/completions_1_22cd207f9964b1d61c85.table.json"],
+            "paths": ["artifacts/kbcu/completions.table.json"],  # the copy with the images
         },
         {
             "key": "val/pic",
@@ -408,3 +410,28 @@ def test_a_history_rows_media_are_items_not_metrics():
     assert content_type(items[1]["paths"][0]) == "image/png"
     assert content_type(items[0]["paths"][0]) == "application/json"
     assert content_type("media/html/page.html") == "application/octet-stream"
+
+
+def test_a_table_is_read_from_its_artifact_copy_which_has_the_images():
+    value = {
+        "_type": "table-file",
+        "path": "media/table/completions_1_22cd.table.json",
+        "artifact_path": "wandb-client-artifact://kbcu9x/completions.table.json",
+        "_latest_artifact_path": "wandb-client-artifact://y42z:latest/completions.table.json",
+    }
+    assert table_source(value) == "artifacts/kbcu9x/completions.table.json"
+    assert media_item("completions", 1, value)["paths"] == [
+        "artifacts/kbcu9x/completions.table.json"
+    ]
+    for artifact in ("wandb-client-artifact://../x.table.json", "wandb-artifact://_id/x", None):
+        assert table_source({**value, "artifact_path": artifact}) == value["path"]
+
+
+def test_table_files_with_nan_are_read_and_served_as_json():
+    data = b'{"columns": ["prompt", "completion", "reward"], "data": [["q", "a", NaN]]}'
+    (episode,) = episodes_from_table(parse_table(data), step=1, key="completions")
+    assert "reward" not in episode
+    served = servable("media/table/completions_1_22cd.table.json", data)
+    assert json.loads(served)["data"] == [["q", "a", None]]
+    assert servable("media/images/x.png", b"\x89PNG") == b"\x89PNG"
+    assert parse_table(b"[1, 2]") is None and parse_table(b"{not json") is None

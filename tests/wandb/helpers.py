@@ -8,6 +8,7 @@ the base URL too (server/wandb/telemetry.py).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -125,3 +126,21 @@ def poll(read, until, timeout: float = 60.0, what: str = "the condition"):
         time.sleep(0.2)
         value = read()
     return value
+
+
+def run_file(script: Path, tmp_path: Path, base_url: str, **extra: str) -> dict:
+    """Run the script file `script` as a user would (wandb_env; OUT: a directory for it) and
+    return the JSON report it printed last; it must exit 0 within three minutes (a framework's
+    imports and calls take longer than a scenario's)."""
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env=wandb_env(tmp_path, base_url, HF_HUB_OFFLINE="1", OUT=str(tmp_path / "out"), **extra),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, (
+        f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])

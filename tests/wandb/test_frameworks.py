@@ -25,9 +25,7 @@ The calls follow the frameworks' source at the commits the search tool's snapsho
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
@@ -38,59 +36,18 @@ import pytest
 from openruns.api import Client
 from tests.server.helpers import ServerProcess
 
-ROOT = Path(__file__).resolve().parents[2]
-API_KEY = "0" * 40  # any key on loopback without auth: the SDK wants 40 characters
+from .helpers import run_file
+
 pytestmark = pytest.mark.slow
 
 FRAMEWORKS = Path(__file__).parent / "frameworks"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    proc = ServerProcess(tmp_path_factory.mktemp("wandb-frameworks") / "data").start()
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture
-def client(server):
-    with Client(base_url=server.url) as native:
-        yield native
-
-
 def run_framework(script: str, tmp_path: Path, server: ServerProcess, **env: str) -> str:
-    """Run frameworks/`script` with only the W&B variables a user sets (and RUN_NAME, OUT for
-    the script); the run's name. The process must exit 0 within the time limit."""
+    """Run frameworks/`script` as a user would (helpers.run_file); the run's name."""
     name = f"{Path(script).stem.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    environ = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(home),
-        "PYTHONPATH": str(ROOT),
-        "WANDB_BASE_URL": server.url,
-        "WANDB_API_KEY": API_KEY,
-        "WANDB_DIR": str(tmp_path),
-        "WANDB_SILENT": "true",
-        "WANDB_DISABLE_GIT": "true",
-        "WANDB_DISABLE_CODE": "true",
-        "HF_HUB_OFFLINE": "1",
-        "OUT": str(tmp_path / "out"),
-        "RUN_NAME": name,
-        **env,
-    }
-    proc = subprocess.run(
-        [sys.executable, str(FRAMEWORKS / script)],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, (
-        f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    )
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["name"] == name
+    report = run_file(FRAMEWORKS / script, tmp_path, server.url, RUN_NAME=name, **env)
+    assert report["name"] == name
     return name
 
 
@@ -160,9 +117,26 @@ def test_openrlhf_wandb_logger(server, client, tmp_path):
     assert policy_loss == pytest.approx([0.1, 0.2, 0.3])
     assert [v for _, v in series(client, native["id"], "eval/eval_reward")] == [0.9]
     rows = sorted((r["step"], r["reward"]) for r in client.episodes(native["id"]))
-    assert rows == pytest.approx([(1, 1 / 3), (2, 2 / 3), (3, 1.0)])
+    assert [step for step, _ in rows] == [1, 2, 3]
+    assert [reward for _, reward in rows] == pytest.approx([1 / 3, 2 / 3, 1.0])
     (last,) = episodes(client, native["id"], step=3)
     assert last["completion"] == "Question: 3+1? Answer: 4"
+    # The three tables held 1 + 2 + 3 rows; only the 3 rollouts were stored, once each.
+    assert stored_records(server, native["id"]) == 3
+
+
+def stored_records(server: ServerProcess, run_id: str) -> int:
+    """Records in the run's episode segments, read from the server's own database."""
+    db = sqlite3.connect(f"file:{server.data_dir / 'openruns.db'}?mode=ro", uri=True)
+    try:
+        (total,) = db.execute(
+            "SELECT COALESCE(SUM(s.records), 0) FROM segments s JOIN runs r ON r.seq = s.run_seq"
+            " WHERE r.id = ? AND s.stream = 'episodes'",
+            (run_id,),
+        ).fetchone()
+    finally:
+        db.close()
+    return int(total)
 
 
 def test_nemo_rl_wandb_logger_with_full_result_tables(server, client, tmp_path):

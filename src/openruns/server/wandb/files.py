@@ -44,6 +44,7 @@ from ..ingest import ingest_records
 from ..limits import ingest_caller
 from ..routes.deps import State
 from ..state import ServerState
+from ..store import episodes as store_episodes
 from ..store import runs as store_runs
 from ..store import wandb as store
 from . import media, tables
@@ -165,18 +166,22 @@ async def read_tables(
         if found is None:
             continue
         data = await run_in_threadpool(state.blobs.get, found["blob_key"])
-        try:
-            table = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            table = None
+        table = tables.parse_table(data)
         episodes = (
             tables.episodes_from_table(table, step=table_row["step"], key=table_row["key"])
-            if isinstance(table, dict)
+            if table is not None
             else None
         )
+        read = len(episodes or ())
+        if episodes:
+            # A grown table logged again (verl, OpenRLHF, SkyRL: wandb#2981's workaround) holds
+            # every earlier row again, with the same ids: only the new ones are stored.
+            ids = [e["id"] for e in episodes]
+            held = await state.store.read(store_episodes.held_ids, run["seq"], "episodes", ids)
+            episodes = [e for e in episodes if e["id"] not in held]
         if episodes:
             ndjson = b"".join(orjson.dumps(e) + b"\n" for e in episodes)
             await ingest_records(
                 state, run, ndjson, batch_key(ndjson), "episodes", table_row["step"]
             )
-        await state.store.write(store.set_episodes, table_row["id"], len(episodes or ()))
+        await state.store.write(store.set_episodes, table_row["id"], read)

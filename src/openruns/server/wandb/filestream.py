@@ -24,7 +24,6 @@ their lines from 0, which is why offsets are not used to drop lines.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -40,7 +39,7 @@ from ..store import wandb as store
 from ..store.metrics import MetricPoints
 from . import media
 from .deps import wandb_caller
-from .files import check_file_name, read_tables
+from .files import read_tables
 from .history import console_line, history_row, parse_object, system_row
 
 __all__ = ["parse_stream", "router"]
@@ -127,24 +126,11 @@ def _history(chunk: store.StreamUpdate, lines: list[str]) -> None:
         for key, item in row.media.items():
             is_table = item.get("_type") in media.TABLE_TYPES
             table = media.check_media_path(item.get("path")) if is_table else None
-            copy = artifact_copy(item.get("artifact_path")) if table else None
+            # Its copy in the run_table artifact (media.table_source), read first when it came.
+            source = media.table_source(item) if table else None
+            copy = source if source != table else None
             chunk.media.append((row.step, key, item, table, copy))
         chunk.history_tail = line
-
-
-_CLIENT_ARTIFACT = re.compile(r"wandb-client-artifact://([A-Za-z0-9]+)(?::[A-Za-z0-9_.\-]+)?/(.+)")
-
-
-def artifact_copy(path: object) -> str | None:
-    """Where a table's copy in its artifact is stored (artifacts.py), from the value's
-    `artifact_path` (`wandb-client-artifact://<client id>/<entry>`)."""
-    match = _CLIENT_ARTIFACT.fullmatch(path) if isinstance(path, str) else None
-    if match is None:
-        return None
-    try:
-        return check_file_name(f"artifacts/{match[1]}/{match[2]}")
-    except ApiError:
-        return None
 
 
 def _events(chunk: store.StreamUpdate, lines: list[str]) -> None:

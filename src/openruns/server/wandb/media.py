@@ -20,17 +20,18 @@ stores and serves, and the dashboard reads:
 
     GET /api/v1/runs/{id}/media          {"items": [media_item(...), ...]}: every media value of
                                          the run's history (images, tables), by step then key
-    GET /api/v1/runs/{id}/media/{path}   the file's bytes, as content_type(path); a table's
-                                         file is the artifact's copy when it came (its image
-                                         cells name media paths), else the run file's
+    GET /api/v1/runs/{id}/media/{path}   the file's bytes, as content_type(path) (servable: a
+                                         table as valid JSON); a table's file is its artifact
+                                         copy (table_source: its image cells name media
+                                         paths), else the run file
 
 A file is stored at `blob_key(run_seq, path)`: a run file under `media/` as uploaded, and each
 entry under `media/` of a `run_table` artifact at its entry path. A history row's media values
-(`history_media(row)`) are not metrics: each becomes a `media_item`. A record holds an image as
+(`is_media`) are not metrics: each becomes a `media_item`. A record holds an image as
 an OpenAI-style content part whose URL is the media path (`image_part`); the dashboard reads it
 from the run's media route (`media_url`).
 
-    items = [media_item(key, step, value) for key, value in history_media(row)]
+    item = media_item("val/pic", 3, value)   # what the media listing says of it
     refs = media_refs(value)              # [MediaRef(path, kind, caption, width, height)]
     part = image_part(ref)                # {"type": "image_url", "image_url": {"url": path}}
     key = blob_key(run["seq"], ref.path)  # runs/<seq>/wandb/media/images/...
@@ -38,10 +39,13 @@ from the run's media route (`media_url`).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 __all__ = [
     "MEDIA_ROUTE",
@@ -49,12 +53,13 @@ __all__ = [
     "blob_key",
     "check_media_path",
     "content_type",
-    "history_media",
     "image_part",
     "is_media",
     "media_item",
     "media_refs",
     "media_url",
+    "servable",
+    "table_source",
 ]
 
 # The route the run's media are read from; `path` is check_media_path's.
@@ -69,7 +74,10 @@ MEDIA_TYPES = (
     | frozenset({"audio-file", "video-file", "html-file", "object3D-file"})
 )
 # A path as the SDK writes one: media/<kind>/<name>.<ext>, names of letters, digits, _ - .
-_PATH = re.compile(r"media(/[A-Za-z0-9_][A-Za-z0-9_.\-]*)+")
+_SEGMENT = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
+_PATH = re.compile(rf"(media|artifacts)(/{_SEGMENT})+")
+# A logged table's `artifact_path`: its copy in the run_table artifact the SDK saved with it.
+_CLIENT_ARTIFACT = re.compile(rf"wandb-client-artifact://({_SEGMENT})/({_SEGMENT})")
 _MAX_PATH = 512
 _TYPES = {
     "json": "application/json",
@@ -98,19 +106,6 @@ def is_media(value: Any) -> bool:
     return isinstance(value, Mapping) and value.get("_type") in MEDIA_TYPES
 
 
-def history_media(row: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Mapping[str, Any]]]:
-    """The media values of a history row, with their keys (nested mappings joined with `/`, as
-    metrics are), in the row's order; what is left of the row is metrics."""
-    out: list[tuple[str, Mapping[str, Any]]] = []
-    for name, value in row.items():
-        key = f"{prefix}{name}"
-        if is_media(value):
-            out.append((key, value))
-        elif isinstance(value, Mapping):
-            out.extend(history_media(value, key + "/"))
-    return out
-
-
 def media_item(key: str, step: int | None, value: Mapping[str, Any]) -> dict[str, Any] | None:
     """What the run's media listing says of one media value logged at `step`: its `type`, the
     media `paths` it refers to (a table: its file), and what the value says of them (captions,
@@ -118,7 +113,7 @@ def media_item(key: str, step: int | None, value: Mapping[str, Any]) -> dict[str
     `"episodes": n` to a table's item when tables.episodes_from_table read n rollouts in it."""
     kind = value.get("_type")
     if kind in TABLE_TYPES:
-        path = check_media_path(value.get("path"))
+        path = table_source(value)
         if path is None:
             return None
         item: dict[str, Any] = {"key": key, "step": step, "type": kind, "paths": [path]}
@@ -163,10 +158,36 @@ def media_refs(value: Any) -> list[MediaRef]:
     return [MediaRef(path, kind, _text(value.get("caption")), width, height)]
 
 
+def table_source(value: Mapping[str, Any]) -> str | None:
+    """The file a logged table is read from: its copy in the run_table artifact
+    (`artifacts/<client id>/<entry>`, as the wire stores an artifact's entries) when the value
+    names one, since only that copy has its images (the run file's copy holds "Image"), else
+    the run file (`path`); None when neither is a path check_media_path accepts."""
+    artifact = value.get("artifact_path")
+    match = _CLIENT_ARTIFACT.fullmatch(artifact) if isinstance(artifact, str) else None
+    if match:
+        copy = check_media_path(f"artifacts/{match.group(1)}/{match.group(2)}")
+        if copy is not None:
+            return copy
+    return check_media_path(value.get("path"))
+
+
+def servable(path: str, data: bytes) -> bytes:
+    """A media file as the media route answers it: a JSON file (a table) as valid JSON, its
+    NaN and infinities (json.dump's, which the SDK uses) as null; anything else as stored."""
+    if content_type(path) != "application/json":
+        return data
+    try:
+        return orjson.dumps(json.loads(data))
+    except ValueError:
+        return data
+
+
 def check_media_path(path: Any) -> str | None:
-    """`path` when it is a media path as the SDK writes one (`media/...`, relative, segments of
-    letters, digits, `_`, `-` and `.`, none of them `.` or `..`), else None: a path that came off
-    the wire is never trusted to name a blob."""
+    """`path` when it is a media path as the SDK writes one (`media/...`, or an artifact's entry
+    as the wire stores it: `artifacts/<client id>/...`; relative, segments of letters, digits,
+    `_`, `-` and `.`, none of them `.` or `..`), else None: a path that came off the wire is never
+    trusted to name a blob."""
     if not isinstance(path, str) or len(path) > _MAX_PATH or not _PATH.fullmatch(path):
         return None
     if any(part in (".", "..") for part in path.split("/")):

@@ -82,4 +82,4 @@ async def media_file(run_id: str, path: str, state: State, caller: Caller) -> Re
     if checked is None or found is None:
         raise not_found(f"run {run_id!r} has no media file {path[:200]!r}")
     data = await run_in_threadpool(state.blobs.get, found["blob_key"])
-    return Response(data, media_type=media.content_type(checked))
+    return Response(media.servable(checked, data), media_type=media.content_type(checked))

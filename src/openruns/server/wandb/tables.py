@@ -56,7 +56,7 @@ from ...spec import MAX_STEP
 from .chats import chat_template_messages, responses_messages
 from .media import image_part, media_refs
 
-__all__ = ["episodes_from_table"]
+__all__ = ["episodes_from_table", "parse_table"]
 
 Record = dict[str, Any]
 
@@ -90,6 +90,16 @@ def episodes_from_table(
     if len(parsed.columns) == 1 and parsed.names[0] in _FULL_RESULT:
         return _nemo_gym(parsed, step, key)
     return _columns(parsed, step, key)
+
+
+def parse_table(data: bytes) -> dict[str, Any] | None:
+    """A table file's JSON object (NaN and infinities, as the SDK writes them, read as
+    floats), or None when the file is not a JSON object."""
+    try:
+        table = json.loads(data)
+    except ValueError:
+        return None
+    return table if isinstance(table, dict) else None
 
 
 @dataclass(frozen=True)

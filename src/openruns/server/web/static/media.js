@@ -120,6 +120,7 @@ export class MediaSection {
     if (value === null || value === undefined) return h("td", { class: "muted" }, "");
     if (typeof value === "number") return h("td", { class: "num" }, formatNumber(value));
     if (typeof value === "string") return h("td", {}, value.length > CELL_CHARS ? foldText(value) : value);
+    if (Array.isArray(value) && !value.length) return h("td", { class: "muted" }, ""); // no images
     const images = imageRefs(value);
     if (images.length) return h("td", {}, h("div", { class: "media-images" }, images.map((ref) => figure(ref.path, ref.caption, this.runId))));
     return h("td", {}, jsonTree(value));
