@@ -1,4 +1,5 @@
-"""One auth-off `openruns server` per test module (each test makes its own runs)."""
+"""One auth-off `openruns server` for the W&B tests of a worker (each test makes its own runs:
+a server per module would start seven on a 2-core machine), and their time limit."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.timeout(SCENARIO_TIMEOUT))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(tmp_path_factory):
     proc = ServerProcess(tmp_path_factory.mktemp("wandb-server") / "data").start()
     yield proc
