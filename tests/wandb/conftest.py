@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from openruns.api import Client
-from tests.server.helpers import ServerProcess
+from tests.prime.conftest import client  # noqa: F401 (a fixture: a Client of `server`)
+from tests.server.helpers import server_process
 
 HERE = Path(__file__).parent
 # Each scenario starts a wandb process (seconds of CPU before its first request) against a
@@ -24,12 +24,5 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
-    proc = ServerProcess(tmp_path_factory.mktemp("wandb-server") / "data").start()
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture
-def client(server):
-    with Client(base_url=server.url) as native:
-        yield native
+    with server_process(tmp_path_factory, "wandb-server") as proc:
+        yield proc

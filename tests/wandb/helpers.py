@@ -144,3 +144,16 @@ def run_file(script: Path, tmp_path: Path, base_url: str, **extra: str) -> dict:
         f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# A run that logs until it is stopped (a signal, a stop request); it says `ready` once open.
+LOOP = """
+import sys, time, wandb
+run = wandb.init(project=sys.argv[2] if len(sys.argv) > 2 else "loops", id=sys.argv[1])
+run.log({"loss": 1.0})
+print("ready", flush=True)
+for i in range(3000):
+    run.log({"i": i})
+    time.sleep(0.02)
+run.finish()
+"""

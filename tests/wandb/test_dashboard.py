@@ -13,9 +13,9 @@ import uuid
 import pytest
 from playwright.sync_api import expect
 
-from tests.web.conftest import VIEWPORT, browser, watch  # noqa: F401 (browser: a fixture)
+from tests.web.conftest import browser, own_page  # noqa: F401 (browser: a fixture)
 
-from .helpers import SCRIPT_TIMEOUT, end, run_script, start_script, wait_ready
+from .helpers import LOOP, SCRIPT_TIMEOUT, end, run_script, start_script, wait_ready
 
 SCRIPT = """
 import sys, wandb
@@ -39,13 +39,8 @@ def logged(server, tmp_path_factory):
 
 @pytest.fixture
 def page(browser, server):  # noqa: F811 (the imported fixture)
-    context = browser.new_context(viewport=VIEWPORT, base_url=server.url)
-    context.set_default_timeout(30_000)
-    page = context.new_page()
-    problems = watch(page)
-    yield page
-    context.close()
-    assert not problems, "\n".join(problems)
+    with own_page(browser, server.url, timeout=30_000) as page:
+        yield page
 
 
 def test_the_runs_page_lists_the_run_in_its_project(page, logged):
@@ -78,17 +73,6 @@ def test_the_run_page_shows_its_wandb_side_and_draws_against_the_step_metric(pag
     expect(loss.locator(".xtitle")).to_have_text("env/step")
     page.click("#tab-logs")
     expect(page.locator("#log-lines")).to_contain_text("a line for the logs tab")
-
-
-LOOP = """
-import sys, time, wandb
-run = wandb.init(project="dash-proj", id=sys.argv[1], name="a run to stop")
-print("ready", flush=True)
-for i in range(3000):
-    run.log({"i": i})
-    time.sleep(0.02)
-run.finish()
-"""
 
 
 @pytest.mark.slow

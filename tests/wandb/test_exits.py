@@ -17,7 +17,7 @@ import pytest
 from openruns.api import Client
 from tests.server.helpers import ServerProcess
 
-from .helpers import SCRIPT_TIMEOUT, end, poll, run_script, start_script, wait_ready
+from .helpers import LOOP, SCRIPT_TIMEOUT, end, poll, run_script, start_script, wait_ready
 
 
 def new_id() -> str:
@@ -53,19 +53,6 @@ def test_an_uncaught_exception_fails_the_run_with_its_traceback(client, server, 
     assert run["status"] == "failed"
     assert "Traceback" in run["error"] and "RuntimeError: diverged at step 3" in run["error"]
     assert run["error"].splitlines()[-1] == "RuntimeError: diverged at step 3"
-
-
-LOOP = """
-import sys, time, wandb
-
-run = wandb.init(project="exits", id=sys.argv[1])
-run.log({"loss": 1.0})
-print("ready", flush=True)
-for i in range(3000):
-    run.log({"i": i})
-    time.sleep(0.02)
-run.finish()
-"""
 
 
 @pytest.mark.slow

@@ -23,7 +23,6 @@ wandb_files; some also mean something for the run:
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import re
@@ -37,6 +36,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ...rundir import batch_key
 from ...spec import MAX_CONFIG_SOURCE_BYTES
+from ..auth import url_signature
 from ..body import read_body
 from ..errors import ApiError, bad_request
 from ..handlers import JSON
@@ -89,10 +89,7 @@ def upload_url(request: Request, state: ServerState, run: dict[str, Any], name: 
 
 
 def _signature(secret: bytes, run_seq: int, name: str, expires: int) -> str:
-    # A key of its own, so this signature never passes for another HMAC of the server's.
-    key = hmac.new(secret, b"openruns wandb upload v1", hashlib.sha256).digest()
-    message = f"PUT\n{run_seq}\n{name}\n{expires}".encode("utf-8", "surrogatepass")
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
+    return url_signature(secret, b"openruns wandb upload v1", f"PUT\n{run_seq}\n{name}\n{expires}")
 
 
 @router.put(UPLOAD_PATH + "{run_seq}/{name:path}")
