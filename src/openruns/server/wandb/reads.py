@@ -66,6 +66,11 @@ async def media_listing(run_id: str, state: State, caller: Caller) -> JSON:
             continue
         if row["episodes"]:
             item["episodes"] = row["episodes"]
+        copy_named = row["copy"] and row["path"] and item["paths"] == [row["copy"]]
+        # A table's artifact copy that never came: its run file is what there is.
+        seq = run["seq"]
+        if copy_named and await state.store.read(store.file_of_run, seq, row["copy"]) is None:
+            item["paths"] = [row["path"]]
         items.append(item)
     return JSON({"items": items})
 
