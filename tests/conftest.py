@@ -29,9 +29,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _no_foreign_running_loop(request):
     """The browser tests' session Playwright (sync API) leaves its event loop marked as running
     in the worker's main thread between its calls; a test of another directory that runs a
-    loop of its own (`asyncio.run`, as trainers do) runs with the mark lifted, then put back."""
+    loop of its own (`asyncio.run`, as trainers do) runs with the mark lifted, then put back.
+    A browser test elsewhere (one using the `browser` fixture, tests/wandb) keeps it."""
     marked = asyncio._get_running_loop()
-    if marked is None or "web" in request.node.path.relative_to(request.config.rootpath).parts:
+    parts = request.node.path.relative_to(request.config.rootpath).parts
+    if marked is None or "web" in parts or "browser" in request.fixturenames:
         yield
         return
     asyncio._set_running_loop(None)

@@ -44,6 +44,7 @@ def init(
     description: str | None = None,
     tags: Sequence[str] | None = None,
     group: str | None = None,
+    project: str | None = None,
     config: str | os.PathLike[str] | ConfigSource | Mapping[str, Any] | None = None,
     training: TrainingSpec | None = None,
     id: str | None = None,
@@ -80,6 +81,8 @@ def init(
 
     `config`: a path (stored byte-for-byte with its format), a ConfigSource or a mapping.
     `group`: a name shared by the runs of one experiment (the dashboard groups by it).
+    `project`: the project the run belongs to (default `default`; W&B's project, issue 19);
+    the runs page and `Client().runs(project=)` filter by it.
     `mode`: online (a server; default when a base URL is configured), offline (a real run
     written under `dir`, default `./openruns-runs`), disabled (everything accepted and
     discarded). `traces_opt_out` (and `PRIME_TRACES_OPT_OUT`): prime-runs' opt-out of Prime
@@ -98,6 +101,7 @@ def init(
         description=description,
         tags=tags,
         group=group,
+        project=project,
         config=config,
         training=training,
         id=id,
@@ -132,6 +136,7 @@ def open_run(
     traces_opt_out: bool | None = None,
     name_at_close: bool = False,
     group: str | None = None,
+    project: str | None = None,
 ) -> Run:
     """init(), with one more choice for launchers: `name_at_close` leaves an unnamed run
     without a name until it closes (so a component's init(name=...) can name it first)."""
@@ -157,6 +162,7 @@ def open_run(
     tags_list = _string_list("tags", tags)
     if group is not None and (not isinstance(group, str) or not group or len(group) > 256):
         raise ConfigurationError(f"group must be a string of 1 to 256 characters, got {group!r}")
+    _check_project(project)
     envs = _environments(environments)
     config_source = ConfigSource.coerce(config)
     if id is not None:
@@ -174,6 +180,7 @@ def open_run(
         "description": description,
         "tags": tags_list,
         "group": group,
+        "project": project,
         "config": config_source.to_dict() if config_source else None,
         "training": training.to_dict() if training else None,
     }
@@ -310,3 +317,18 @@ def _default_name(
     else:
         base = framework or kind
     return f"{base}-{secrets.token_hex(4)}"
+
+
+def _check_project(project: object) -> None:
+    """A project is 1 to 256 characters without "/" or control characters (the server's
+    rule: it is a path segment of the W&B wire's URLs)."""
+    if project is None:
+        return
+    if (
+        not isinstance(project, str)
+        or not 0 < len(project) <= 256
+        or any(c == "/" or ord(c) < 32 for c in project)
+    ):
+        raise ConfigurationError(
+            f"project must be a string of 1 to 256 characters without '/', got {project!r}"
+        )

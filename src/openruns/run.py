@@ -258,6 +258,22 @@ class Run:
         if self._pipeline is not None:
             self._pipeline.put("metrics", dict(values), 1, step, time.time())
 
+    def define_metric(self, name: str, *, step_metric: str | None = None) -> None:
+        """
+        Draw metric `name` against metric `step_metric` by default on the dashboard (as W&B's
+        `define_metric(name, step_metric=K)`; None: against the step). Both are metric keys as
+        logged (`a/b` for nested ones). Sent at once, one bounded attempt (a failure is counted
+        in `errors`); an offline run keeps it for `openruns sync`.
+        """
+        for label, value in (("name", name), ("step_metric", step_metric)):
+            if value is None and label == "step_metric":
+                continue
+            if not isinstance(value, str) or not 0 < len(value) <= 1024:
+                raise ValueError(f"{label} must be a metric key of 1 to 1024 characters")
+        self._contain(
+            "defining a metric", lambda: self._backend.define_metrics({name: step_metric})
+        )
+
     def log_episodes(
         self,
         episodes: Iterable[Any],

@@ -81,27 +81,30 @@ def run(args: argparse.Namespace) -> int:
         return 0
     wire = WireClient.from_settings(settings)
     console = Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console
-    ) as progress:
+    try:
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console
+        ) as progress:
 
-        def one(run_dir: Path) -> SyncResult:
-            tasks = []  # a bar only for a run with batches to send: never a 0/0 (issue 24)
+            def one(run_dir: Path) -> SyncResult:
+                tasks = []  # a bar only for a run with batches to send: never a 0/0 (issue 24)
 
-            def on_total(n: int) -> None:
-                if n:
-                    tasks.append(progress.add_task(run_dir.name, total=n))
+                def on_total(n: int) -> None:
+                    if n:
+                        tasks.append(progress.add_task(run_dir.name, total=n))
 
-            return sync_run(
-                wire,
-                run_dir,
-                retry_timeout=settings.retry_timeout,
-                on_total=on_total,
-                on_batch=lambda: progress.advance(tasks[0]),
-            )
+                return sync_run(
+                    wire,
+                    run_dir,
+                    retry_timeout=settings.retry_timeout,
+                    on_total=on_total,
+                    on_batch=lambda: progress.advance(tasks[0]),
+                )
 
-        with ThreadPoolExecutor(max(1, args.parallel)) as pool:
-            results = list(pool.map(one, run_dirs))
+            with ThreadPoolExecutor(max(1, args.parallel)) as pool:
+                results = list(pool.map(one, run_dirs))
+    finally:
+        wire.close()  # its connections (a sync called in-process, as the tests do)
     failed = False
     for result in results:
         line = (
@@ -183,13 +186,16 @@ class _Sync:
         except NotFoundError:
             pass
         keys = ("kind", "name", "model", "environments", "framework", "description", "tags")
-        fields = (*keys, "group", "config", "training", "team_id")
+        fields = (*keys, "group", "project", "config", "training", "team_id")
         body = {k: meta[k] for k in fields if meta.get(k) is not None}
         body.setdefault("kind", "eval")
         body["id"] = self.run_id
         if isinstance(meta.get("created_at"), (int, float)):
             body["created_at"] = meta["created_at"]  # the run's own start, not the sync's
         self.retried(lambda: self.wire.create_run(body, key=self.run_id))
+        step_metrics = meta.get("step_metrics")
+        if isinstance(step_metrics, dict) and step_metrics:
+            self.retried(lambda: self.wire.patch_run(self.run_id, {"step_metrics": step_metrics}))
 
     def unacknowledged(self, count_skipped: bool = True) -> Iterable[tuple[str, StoredBatch]]:
         for stream in STREAMS:

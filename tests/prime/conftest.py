@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 
 from openruns.api import Client
-from tests.server.helpers import ServerProcess
+from tests.server.helpers import server_process
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    proc = ServerProcess(tmp_path_factory.mktemp("prime") / "data").start()
-    yield proc
-    proc.stop()
+    with server_process(tmp_path_factory, "prime") as proc:
+        yield proc
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import re
@@ -9,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,17 @@ def create_run(client: httpx.Client, **fields: Any) -> dict[str, Any]:
 def error_of(response: httpx.Response) -> tuple[int, str, str]:
     body = response.json()
     return response.status_code, body["error"]["code"], body["error"]["message"]
+
+
+@contextlib.contextmanager
+def server_process(tmp_path_factory: Any, name: str, *extra: str) -> Iterator[ServerProcess]:
+    """An auth-off `openruns server` on a fresh data directory, stopped after (the module or
+    session fixtures of tests/prime and tests/wandb)."""
+    proc = ServerProcess(tmp_path_factory.mktemp(name) / "data", *extra).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
 
 
 class ServerProcess:

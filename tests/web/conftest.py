@@ -7,6 +7,7 @@ the test if it logs a JavaScript error or a failed request.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -85,13 +86,19 @@ def context(browser, server) -> Iterator:
 def page(context) -> Iterator:
     """A fresh page at 1280 px; JavaScript errors and failed requests fail the test."""
     page = context.new_page()
+    problems = watch(page)
+    yield page
+    page.close()
+    assert not problems, "\n".join(problems)
+
+
+def watch(page) -> list[str]:
+    """The JavaScript errors and failed requests of `page`, as they happen."""
     problems: list[str] = []
     page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
     page.on("console", lambda message: _console(message, problems))
     page.on("requestfailed", lambda request: _request_failed(request, problems))
-    yield page
-    page.close()
-    assert not problems, "\n".join(problems)
+    return problems
 
 
 def _console(message, problems: list[str]) -> None:
@@ -109,13 +116,17 @@ def _request_failed(request, problems: list[str]) -> None:
 def fresh_page(browser, server) -> Iterator:
     """A page in a context of its own (its own local storage), for tests that change the
     preferences a browser keeps; errors fail the test as with `page`."""
-    context = browser.new_context(viewport=VIEWPORT, base_url=server.url)
-    context.set_default_timeout(15_000)
+    with own_page(browser, server.url) as page:
+        yield page
+
+
+@contextlib.contextmanager
+def own_page(browser, base_url: str, timeout: float = 15_000) -> Iterator:
+    """A page in a browser context of its own at `base_url`; its errors fail the test."""
+    context = browser.new_context(viewport=VIEWPORT, base_url=base_url)
+    context.set_default_timeout(timeout)
     page = context.new_page()
-    problems: list[str] = []
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("console", lambda message: _console(message, problems))
-    page.on("requestfailed", lambda request: _request_failed(request, problems))
+    problems = watch(page)
     yield page
     context.close()
     assert not problems, "\n".join(problems)

@@ -57,9 +57,11 @@ class Client:
         name: str | None = None,
         tag: str | None = None,
         limit: int | None = None,
+        project: str | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Runs newest first, filtered (name: substring); at most `limit` when given."""
-        params = {"kind": kind, "status": status, "name": name, "tag": tag}
+        """Runs newest first, filtered (name: substring; project: exactly); at most `limit`
+        when given."""
+        params = {"kind": kind, "status": status, "name": name, "tag": tag, "project": project}
         page_size = min(_RUNS_PAGE, limit) if limit else _RUNS_PAGE
         pages = self._pages("/runs", params, page_size)
         return itertools.islice(pages, limit) if limit is not None else pages

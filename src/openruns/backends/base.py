@@ -38,6 +38,10 @@ class Backend(Protocol):
         (time.monotonic()) where that means anything."""
         ...
 
+    def define_metrics(self, axes: dict[str, str | None]) -> None:
+        """Store each metric's step metric ({metric: K}; None: the step), issue 19."""
+        ...
+
     def fill(self, fields: dict[str, Any]) -> None:
         """Set metadata (spec.FILLABLE) and `error` on the run where it has none yet: a
         process attached to the run reports them; the owner's unnamed run gets its name."""

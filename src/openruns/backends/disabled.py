@@ -20,6 +20,9 @@ class DisabledBackend:
     def update(self, summary: dict[str, Any]) -> None:
         pass
 
+    def define_metrics(self, axes: dict[str, str | None]) -> None:
+        pass
+
     def finalize(
         self,
         status: RunStatus,

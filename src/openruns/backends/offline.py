@@ -99,6 +99,11 @@ class OfflineBackend:
     def update(self, summary: dict[str, Any]) -> None:
         self._rewrite(summary=summary)
 
+    def define_metrics(self, axes: dict[str, str | None]) -> None:
+        """Kept in run.json (`step_metrics`) for `openruns sync`."""
+        doc = read_json(self.run_dir / "run.json") or {}
+        self._rewrite(step_metrics={**(doc.get("step_metrics") or {}), **axes})
+
     def finalize(
         self,
         status: RunStatus,

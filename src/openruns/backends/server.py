@@ -161,6 +161,17 @@ class ServerBackend:
                 self.run_id, {"summary": summary}, timeout=self.settings.connect_timeout
             )
 
+    def define_metrics(self, axes: dict[str, str | None]) -> None:
+        """PATCH the step metrics, one bounded attempt (kept in run.json too, for sync)."""
+        self.local.define_metrics(axes)
+        patience = self.settings.connect_timeout
+
+        def send() -> Any:
+            self._ensure_created()
+            return self.wire.patch_run(self.run_id, {"step_metrics": axes}, timeout=patience)
+
+        retrying(send, deadline=time.monotonic() + patience)
+
     def fill(self, fields: dict[str, Any]) -> None:
         """PATCH `fields` where the run has none (its name, a component's error, ...). One
         bounded attempt: init() and a process's exit path must not wait long on a server."""

@@ -30,6 +30,7 @@ from .routes import ROUTERS
 from .security import install_security
 from .state import ServerState
 from .strict_json import RejectNonFinite
+from .wandb import include_wandb
 from .web import router as web_router
 from .web.pages import not_found_page
 
@@ -89,6 +90,7 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
     for router in ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
     include_prime(app)  # the routes prime-runs calls (server/prime/)
+    include_wandb(app)  # the routes the wandb SDK calls (server/wandb/)
     app.include_router(api_docs.router)
     app.include_router(web_router)
     document_errors(app)

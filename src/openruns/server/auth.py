@@ -35,6 +35,7 @@ __all__ = [
     "principal_for",
     "principal_for_session",
     "run_token",
+    "url_signature",
 ]
 
 RUN_TOKEN_PREFIX = "orr_"
@@ -71,6 +72,14 @@ def _token_message(team_id: str, run_id: str) -> str:
 
 def _mac(secret: bytes, message: str) -> str:
     return hmac.new(secret, message.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
+def url_signature(secret: bytes, purpose: bytes, message: str) -> str:
+    """An HMAC-SHA256 of `message` under a key derived from the server secret for `purpose`
+    (so a signature for one use never passes for another, nor for a run token): the signed
+    upload URLs of the Prime and W&B wires."""
+    key = hmac.new(secret, purpose, hashlib.sha256).digest()
+    return hmac.new(key, message.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
 def hash_session_token(token: str) -> str:

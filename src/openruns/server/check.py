@@ -33,7 +33,7 @@ from sqlalchemy import Connection, select
 
 from .segment_reads import iter_frames
 from .store.blobs import BlobStore
-from .store.schema import prime_objects, segments
+from .store.schema import prime_objects, segments, wandb_files
 
 __all__ = ["CheckResult", "check_blobs"]
 
@@ -60,6 +60,9 @@ def referenced_blobs(conn: Connection) -> dict[str, tuple[int, bool]]:
     for key, size in conn.execute(select(segments.c.blob_key, segments.c.bytes)):
         found[key] = (int(size), True)
     for key, size in conn.execute(select(prime_objects.c.blob_key, prime_objects.c.bytes)):
+        found.setdefault(key, (int(size), False))
+    # The W&B wire's run files (config.yaml, media, tables): issue 19.
+    for key, size in conn.execute(select(wandb_files.c.blob_key, wandb_files.c.bytes)):
         found.setdefault(key, (int(size), False))
     return found
 

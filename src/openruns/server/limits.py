@@ -32,12 +32,15 @@ __all__ = [
     "note_caller",
 ]
 
-# Bulk uploads get the larger body cap: the native ingest routes, and the Prime wire's
-# (server/prime/: eval sample rows, Prime Traces batches, presigned Parquet PUTs).
+# Bulk uploads get the larger body cap: the native ingest routes, the Prime wire's
+# (server/prime/: eval sample rows, Prime Traces batches, presigned Parquet PUTs), and the W&B
+# wire's (server/wandb/: the file stream, run files).
 _INGEST_PATH = re.compile(
     r"^/api/v1/runs/[^/]+/(metrics|episodes)$"
     r"|^/api/(v1|internal)/evaluations/[^/]+/samples$"
     r"|^/api/v1/(traces|prime/objects/.+)$"
+    r"|^/files/[^/]+/[^/]+/[^/]+/file_stream$"
+    r"|^/api/v1/wandb/files/.+$"
 )
 _MAX_BUCKETS = 10_000
 # Dashboard sign-ins per client address: 10 at once, then one every 6 s. An API key is 32

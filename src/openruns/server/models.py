@@ -43,6 +43,12 @@ ShortText = Annotated[str, StringConstraints(max_length=1024)]
 LongText = Annotated[str, StringConstraints(max_length=100_000)]
 TeamId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 GroupName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+# A run's project (W&B's; issue 19): any printable name without "/" (it is a path segment of
+# the W&B wire's URLs).
+ProjectName = Annotated[
+    str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^/\x00-\x1f]+$")
+]
+MetricName = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
 # The values of spec.RunStatus, the one vocabulary (tests/server/test_models.py holds them
 # equal), spelled out so a type checker can read them; a Literal keeps the OpenAPI enum and the
 # validation messages plain strings.
@@ -104,6 +110,7 @@ class RunCreate(_Body):
         None, description="when the run started, for a run uploaded later (openruns sync)"
     )
     group: GroupName | None = Field(None, description="runs of one experiment (grouped by)")
+    project: ProjectName | None = Field(None, description="the run's project; default `default`")
     resume: bool = Field(
         False,
         description="a process resuming the run with an explicit id: an existing run that "
@@ -141,6 +148,11 @@ class RunPatch(_Body):
     fill: RunFill | None = Field(None, description="set each field only where the run has none")
     notes: LongText | None = Field(None, description="a reader's notes on the run; null clears")
     group: GroupName | None = Field(None, description="null clears")
+    step_metrics: dict[MetricName, MetricName | None] | None = Field(
+        None,
+        max_length=10_000,
+        description="{metric: the metric it is drawn against by default}; null: the step",
+    )
 
 
 class RunFinish(_Body):
@@ -178,6 +190,10 @@ class RunOut(BaseModel):
     last_heartbeat_at: float | None
     notes: str | None
     group: str | None
+    project: str
+    stop_requested_at: float | None = Field(
+        description="when a stop was requested (POST /runs/{id}/stop); the W&B wire tells its SDK"
+    )
     url: str
 
 
@@ -222,6 +238,9 @@ class MetricKey(BaseModel):
     last_ts: float | None
     last_value: float
     count: int
+    step_metric: str | None = Field(
+        None, description="the metric this one is drawn against by default (define_metric)"
+    )
 
 
 class Series(BaseModel):

@@ -29,12 +29,14 @@ _BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 _JSON_TYPE = re.compile(rb"^\s*application/(?:[\w.+-]*\+)?json\s*(?:;|$)", re.IGNORECASE)
 # The routes that read their bodies themselves, as NDJSON, multipart or bytes (limits.py), and
 # the Prime wire's metrics row, which converts instead: a NaN value is left out and named in
-# its answer's `ignored`, as the platform does.
+# its answer's `ignored`, as the platform does; and the W&B wire's (server/wandb/), whose
+# history drops a non-finite value as the native SDK does (the Go core writes them).
 _OWN_BODY_PATH = re.compile(
     r"^/api/v1/runs/[^/]+/(metrics|episodes|annotations)$"
     r"|^/api/(v1|internal)/evaluations/[^/]+/samples$"
     r"|^/api/v1/(traces|prime/objects/.+)$"
     r"|^/api/(v1|internal)/rft/metrics$"
+    r"|^/graphql$|^/files/[^/]+/[^/]+/[^/]+/file_stream$|^/api/v1/wandb/files/.+$"
 )
 
 

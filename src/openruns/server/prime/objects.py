@@ -11,7 +11,6 @@ not part of the run until `/rft/samples/confirm` names it.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import time
 from typing import Annotated
@@ -20,6 +19,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
+from ..auth import url_signature
 from ..body import read_body
 from ..errors import ApiError, bad_request
 from ..handlers import JSON
@@ -47,9 +47,7 @@ def presigned_url(request: Request, state: ServerState, blob_key: str) -> str:
 
 
 def _signature(secret: bytes, blob_key: str, expires: int) -> str:
-    # A key of its own, so a presign signature can never pass for a run token's HMAC.
-    key = hmac.new(secret, b"openruns prime presign v1", hashlib.sha256).digest()
-    return hmac.new(key, f"PUT\n{blob_key}\n{expires}".encode(), hashlib.sha256).hexdigest()
+    return url_signature(secret, b"openruns prime presign v1", f"PUT\n{blob_key}\n{expires}")
 
 
 @router.put(

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query
 
 from ...identity import new_run_id
 from ..auth import run_token
-from ..errors import forbidden
+from ..errors import conflict, forbidden
 from ..handlers import JSON
 from ..models import RunCreate, RunCreated, RunFinish, RunList, RunOut, RunPatch, Status
-from ..store.runs import check_run_id
+from ..store.runs import check_run_id, request_stop
 from .deps import (
     Caller,
     State,
@@ -75,6 +76,7 @@ async def list_runs(
     name: Annotated[str | None, Query(max_length=1024, description="substring")] = None,
     tag: Annotated[str | None, Query(max_length=256)] = None,
     group: Annotated[str | None, Query(max_length=256)] = None,
+    project: Annotated[str | None, Query(max_length=256)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> JSON:
@@ -88,6 +90,7 @@ async def list_runs(
         name=name,
         tag=tag,
         group=group,
+        project=project,
         limit=limit + 1,
         before_seq=after[0] if after else None,
     )
@@ -109,7 +112,7 @@ async def patch_run(run_id: str, body: RunPatch, state: State, caller: Caller) -
     run = await writable_run(state, caller, run_id)
     changes = {
         k: v
-        for k, v in body.model_dump(include={"summary", "tags", "losses"}).items()
+        for k, v in body.model_dump(include={"summary", "tags", "losses", "step_metrics"}).items()
         if v is not None
     }
     for field in ("description", "notes", "group"):
@@ -141,6 +144,21 @@ async def finish_run(run_id: str, body: RunFinish, state: State, caller: Caller)
     times = body.model_dump(include={"finished_at", "last_heartbeat_at"}, exclude_none=True)
     run = await state.store.finish_run(run, body.status, error, changes, times)
     return JSON(public_run(state, run))
+
+
+@router.post(
+    "/runs/{run_id}/stop",
+    response_model=RunOut,
+    responses={409: {"description": "the run is not running"}},
+)
+async def stop_run(run_id: str, state: State, caller: Caller) -> JSON:
+    """Ask the run's process to stop (the dashboard's Stop). The run stays running until its
+    process ends it: a W&B SDK learns of it from the file stream and stops its script
+    (issue 19); `stop_requested_at` says when it was asked."""
+    run = await writable_run(state, caller, run_id)
+    if not await state.store.write(request_stop, run["seq"], time.time()):
+        raise conflict("run_finished", f"the run is already {run['status']}")
+    return JSON(public_run(state, await state.store.get_run(run_id, run["team_id"]) or run))
 
 
 @router.post("/runs/{run_id}/heartbeat")

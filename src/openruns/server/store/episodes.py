@@ -119,11 +119,9 @@ def add_segment(
     return len(fresh)
 
 
-def _new_ids(
-    conn: Connection, run_seq: int, stream: str, rows: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """The rows whose id the stream does not hold yet, the first of each id."""
-    ids = list(dict.fromkeys(r["episode_id"] for r in rows))
+def held_ids(conn: Connection, run_seq: int, stream: str, ids: list[str]) -> set[str]:
+    """Those of `ids` the run's stream holds already."""
+    ids = list(dict.fromkeys(ids))
     held: set[str] = set()
     for i in range(0, len(ids), _IN_CHUNK):
         query = select(_e.c.episode_id).where(
@@ -132,6 +130,14 @@ def _new_ids(
             _e.c.episode_id.in_(ids[i : i + _IN_CHUNK]),
         )
         held.update(conn.execute(query).scalars())
+    return held
+
+
+def _new_ids(
+    conn: Connection, run_seq: int, stream: str, rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The rows whose id the stream does not hold yet, the first of each id."""
+    held = held_ids(conn, run_seq, stream, [r["episode_id"] for r in rows])
     fresh = []
     for row in rows:
         if row["episode_id"] not in held:

@@ -28,7 +28,13 @@ def key_stats(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
     )
     last = metric_time_points.alias("last")
     query = (
-        select(k.c.name.label("key"), agg.c.count, agg.c.last_ts, last.c.value.label("last_value"))
+        select(
+            k.c.name.label("key"),
+            agg.c.count,
+            agg.c.last_ts,
+            last.c.value.label("last_value"),
+            k.c.step_metric,
+        )
         .join(agg, agg.c.key_id == k.c.id)
         .join(last, and_(last.c.key_id == k.c.id, last.c.ts == agg.c.last_ts))
     )

@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, func, insert, literal, select
+from sqlalchemy import Connection, and_, exists, func, insert, literal, select, update
 
 from ...spec import MAX_STEP  # the SDK's rule, written once
 from . import metric_times
@@ -40,6 +40,7 @@ __all__ = [
     "points_page",
     "run_keys",
     "series",
+    "set_step_metrics",
     "write_points",
 ]
 
@@ -108,6 +109,16 @@ def key_ids(conn: Connection, run_seq: int, names: Iterable[str], create: bool) 
         conn.execute(insert(metric_keys), [{"run_seq": run_seq, "name": n} for n in missing])
         found.update(key_ids(conn, run_seq, missing, create=False))
     return found
+
+
+def set_step_metrics(conn: Connection, run_seq: int, axes: dict[str, str | None]) -> None:
+    """Store each metric's step metric ({metric: K}, None: the step), the keys created if new:
+    `define_metric(name, step_metric=K)` (issue 19)."""
+    ids = key_ids(conn, run_seq, axes, create=True)
+    for name, step_metric in axes.items():
+        conn.execute(
+            update(metric_keys).where(metric_keys.c.id == ids[name]).values(step_metric=step_metric)
+        )
 
 
 _BLOCK_COLUMNS = ("key_id", "level", "block", "count", "min", "max", "last_step", "last_value")
@@ -225,7 +236,13 @@ def _step_key_stats(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
         .subquery()
     )
     query = (
-        select(k.c.name.label("key"), agg.c.last_step, p.c.value.label("last_value"), agg.c.count)
+        select(
+            k.c.name.label("key"),
+            agg.c.last_step,
+            p.c.value.label("last_value"),
+            agg.c.count,
+            k.c.step_metric,
+        )
         .join(agg, agg.c.key_id == k.c.id)
         .join(p, and_(p.c.key_id == k.c.id, p.c.step == agg.c.last_step))
         .order_by(k.c.name)

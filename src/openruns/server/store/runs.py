@@ -21,10 +21,12 @@ from sqlalchemy import Connection, RowMapping, delete, insert, select, update
 from ...identity import MAX_RUN_ID_CHARS, RUN_ID_PATTERN  # the SDK's rule, written once
 from ...spec import RunStatus
 from ..errors import ApiError, bad_request, conflict
+from . import metrics
 from .schema import run_tags, runs
 from .sql import insert_ignore
 
 __all__ = [
+    "DEFAULT_PROJECT",
     "JSON_COLUMNS",
     "RUN_ID_PATTERN",
     "check_run_id",
@@ -38,6 +40,7 @@ __all__ = [
     "heartbeat",
     "list_runs",
     "patch_run",
+    "request_stop",
     "require_running_or_grace",
     "stale_error",
 ]
@@ -46,6 +49,7 @@ JSON_COLUMNS = ("environments", "tags", "config", "training", "summary", "losses
 RUNNING = RunStatus.RUNNING.value
 TERMINAL = tuple(s.value for s in RunStatus if s.is_terminal())
 NO_LOSSES = {"dropped_records": 0, "failed_records": {}}
+DEFAULT_PROJECT = "default"  # the project of a run created without one (issue 19)
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 
 
@@ -126,6 +130,7 @@ def create_run(
                 .values(
                     status=RUNNING,
                     error=None,
+                    stop_requested_at=None,
                     finished_at=None,
                     updated_at=now,
                     last_heartbeat_at=now,
@@ -159,6 +164,8 @@ def create_run(
         "last_heartbeat_at": _first_heartbeat(fields, created_at, now),
         "notes": None,
         "group_name": fields.get("group"),
+        "project": fields.get("project") or DEFAULT_PROJECT,
+        "stop_requested_at": None,
     }
     seq = conn.execute(
         insert_ignore(conn, runs).values(values).returning(runs.c.seq)
@@ -212,6 +219,7 @@ def list_runs(
     limit: int,
     before_seq: int | None,
     group: str | None = None,
+    project: str | None = None,
 ) -> list[dict[str, Any]]:
     """Newest first; up to `limit` runs with seq below `before_seq`."""
     query = select(runs).order_by(runs.c.seq.desc()).limit(limit)
@@ -229,6 +237,8 @@ def list_runs(
         query = query.where(runs.c.seq.in_(select(run_tags.c.run_seq).where(run_tags.c.tag == tag)))
     if group:
         query = query.where(runs.c.group_name == group)
+    if project:
+        query = query.where(runs.c.project == project)
     if before_seq is not None:
         query = query.where(runs.c.seq < before_seq)
     return [_run(row) for row in conn.execute(query).mappings()]
@@ -257,6 +267,8 @@ def patch_run(conn: Connection, seq: int, changes: dict[str, Any], now: float) -
         tags = _unique(changes["tags"])
         values["tags"] = dump_json(tags, "tags")
         _set_tags(conn, seq, tags)
+    if changes.get("step_metrics"):
+        metrics.set_step_metrics(conn, seq, changes["step_metrics"])
     conn.execute(update(runs).where(runs.c.seq == seq).values(values))
 
 
@@ -323,6 +335,20 @@ def finish_run(
     if current == status:
         return False
     raise conflict("run_finished", f"the run is already {current}; it cannot become {status}")
+
+
+def request_stop(conn: Connection, seq: int, now: float) -> bool:
+    """Ask a running run to stop (the first request's time is kept); False when it is not
+    running. The W&B wire answers it to the SDK, which stops its script (issue 19)."""
+    done = conn.execute(
+        update(runs)
+        .where(runs.c.seq == seq, runs.c.status == RUNNING, runs.c.stop_requested_at.is_(None))
+        .values(stop_requested_at=now, updated_at=now)
+    ).rowcount
+    if done:
+        return True
+    status = conn.execute(select(runs.c.status).where(runs.c.seq == seq)).scalar_one()
+    return bool(status == RUNNING)
 
 
 def heartbeat(conn: Connection, seq: int, now: float) -> str:

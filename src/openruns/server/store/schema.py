@@ -24,6 +24,11 @@ create it; a change here needs a new numbered migration.
 - log_lines / log_totals (migration 0007): what a run's processes printed, one row per line at
   its byte offset in the run's output, and per run what was received and what was dropped from
   the middle to stay within the server's bound (store/logs.py).
+- wandb_runs / wandb_console / wandb_files / wandb_media (migration 0010): what the W&B wire
+  (server/wandb/) keeps beyond runs, metrics, logs and episodes: per run its entity, job
+  type, the SDK's own config block and metadata, the file stream's line counts (resume), the
+  open console line per writer, the files the SDK uploaded (config.yaml, tables, media), each
+  a blob, and the media values of its history (wandb_media).
 - episode_search (migration 0006): the full-text index of rollouts; its shape differs by
   dialect (FTS5 / tsvector), so it is not a Table here: store/search.py writes its SQL.
 """
@@ -66,6 +71,10 @@ __all__ = [
     "server_meta",
     "sessions",
     "teams",
+    "wandb_console",
+    "wandb_files",
+    "wandb_media",
+    "wandb_runs",
 ]
 
 # Steps per block at level 1, 2, ...: a level-L block is BLOCK_SIZES[L - 1] aligned steps. A
@@ -139,12 +148,17 @@ runs = Table(
     Column("last_heartbeat_at", Float),
     Column("notes", Text),
     Column("group_name", String(256)),
+    # W&B's project (migration 0010); native runs get `default`.
+    Column("project", String(256), nullable=False, server_default="default"),
+    # When a stop was requested (dashboard, API); the W&B wire tells the SDK (migration 0010).
+    Column("stop_requested_at", Float),
     UniqueConstraint("team_id", "create_key", name="uq_runs_team_create_key"),
     UniqueConstraint("team_id", "id", name="uq_runs_team_id"),
     Index("ix_runs_id", "id"),
     Index("ix_runs_team_seq", "team_id", "seq"),
     Index("ix_runs_status", "status"),
     Index("ix_runs_team_group", "team_id", "group_name"),
+    Index("ix_runs_team_project", "team_id", "project", "seq"),
 )
 
 run_tags = Table(
@@ -161,6 +175,8 @@ metric_keys = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("run_seq", Integer, nullable=False),
     Column("name", Text, nullable=False),
+    # The metric this one is drawn against by default (define_metric; migration 0010).
+    Column("step_metric", Text),
     UniqueConstraint("run_seq", "name", name="uq_metric_keys_run_name"),
 )
 
@@ -324,4 +340,66 @@ prime_objects = Table(
     Column("created_at", Float, nullable=False),
     UniqueConstraint("run_seq", "blob_key", name="uq_prime_objects_run_blob"),
     Index("ix_prime_objects_run_kind", "run_seq", "kind", "step", "id"),
+)
+
+
+# -- the W&B wire (migration 0010) ---------------------------------------------------------------
+
+wandb_runs = Table(
+    "wandb_runs",
+    metadata,
+    Column("run_seq", Integer, primary_key=True),
+    Column("entity", String(128), nullable=False),
+    Column("job_type", String(256)),
+    # The config as the SDK last sent it (W&B's {key: {"value": v}} JSON), its `_wandb` entry
+    # included: the SDK's telemetry (`t`), metric definitions (`m`), each writer's machine
+    # (`e`), a fork's `branch_point`. RunResumeStatus answers it.
+    Column("wandb_config", Text, nullable=False, server_default="{}"),
+    Column("metadata", Text),  # wandb-metadata.json, as uploaded
+    # Lines received per file stream file: a resumed run's SDK continues from these.
+    Column("history_lines", BigInteger, nullable=False, server_default="0"),
+    Column("events_lines", BigInteger, nullable=False, server_default="0"),
+    Column("history_tail", Text),  # the last history row (JSON)
+    # [[glob, step metric], ...]: `define_metric("eval/*", step_metric=...)`, applied to keys
+    # as they arrive.
+    Column("metric_globs", Text, nullable=False, server_default="[]"),
+    Column("forked_from", Text),  # "<run id>?_step=N" of a fork_from run
+)
+
+wandb_console = Table(
+    "wandb_console",
+    metadata,
+    Column("run_seq", Integer, primary_key=True),
+    Column("source", String(128), primary_key=True),  # the writer's label (shared mode), or main
+    Column("lines", BigInteger, nullable=False),  # lines stored, = the next line's number
+    Column("open_line", Text),  # the last line sent, JSON {ts, stream, line}: it may still change
+)
+
+wandb_files = Table(
+    "wandb_files",
+    metadata,
+    Column("run_seq", Integer, primary_key=True),
+    # The run file's name (media/table/x.table.json), or an artifact entry's
+    # (artifacts/<client id>/<entry>); its blob is server/wandb/media.blob_key's.
+    Column("name", String(1024), primary_key=True),
+    Column("blob_key", String(1200), nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+wandb_media = Table(
+    "wandb_media",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_seq", Integer, nullable=False),
+    Column("step", BigInteger),
+    Column("key", Text, nullable=False),
+    Column("value", Text, nullable=False),  # the history value (JSON): {"_type": ..., "path": ...}
+    Column("path", String(512)),  # a table's file (media/table/...), to find it when it arrives
+    # The table's copy in its run_table artifact (artifacts/<client id>/<entry>): its image cells
+    # name media files, where the run file's copy says "Image"; read instead when it comes.
+    Column("copy", String(1200)),
+    Column("episodes", Integer),  # a table: the rollouts read from it (null: not read yet)
+    UniqueConstraint("run_seq", "step", "key", name="uq_wandb_media_run_step_key"),
+    Index("ix_wandb_media_run_path", "run_seq", "path"),
 )

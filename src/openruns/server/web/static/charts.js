@@ -10,6 +10,10 @@
 // Every chart follows the page's chart settings (kept in this browser): EMA smoothing, with
 // the raw series drawn faint behind; a log y axis; the x axis by step, wall time or time
 // since the run started (a step's time is interpolated between the run's /timeline anchors).
+// A chart can instead be drawn against another metric (its x key): a metric defined with a
+// step metric (W&B's define_metric(name, step_metric=K), or the native run.define_metric) is
+// drawn against K by default, and the chart's "x" menu picks any metric of the run (issue 19);
+// each point's x is that metric's value at the point's step (interpolated between its steps).
 //
 // TimeChart draws a key's rows logged without a step (time-keyed: `inference/*`, `system/*`)
 // against wall time (or time since the run's start), never mixed with step charts.
@@ -216,6 +220,15 @@ export class SeriesChart {
     this.loaded = false;
     this.loading = null;
     this.plot = container.querySelector(".plot");
+    this.xKey = null; // a metric drawn as the x axis, or null: the chart settings' axis
+    this.xData = new Map(); // runId -> the x key's series
+  }
+
+  // Draw against metric `key` (null: the settings' axis), reading it first.
+  async setXKey(key) {
+    this.xKey = key || null;
+    this.xData.clear();
+    if (this.loaded) await this.load();
   }
 
   // Plot-area width in pixels: the number of points worth asking for.
@@ -223,13 +236,13 @@ export class SeriesChart {
     return Math.max(50, Math.round(this.plot.clientWidth - MARGIN.l - MARGIN.r));
   }
 
-  async fetch(runId, params) {
+  async fetch(runId, params, key = this.key) {
     const body = await api(`/runs/${encodeURIComponent(runId)}/metrics`, {
-      keys: this.key,
+      keys: key,
       max_points: this.width(),
       ...params,
     });
-    return { series: body.series[this.key] || emptySeries(), downsampled: body.downsampled };
+    return { series: body.series[key] || emptySeries(), downsampled: body.downsampled };
   }
 
   // Data read elsewhere (the grid's batched reads of the whole range).
@@ -237,6 +250,11 @@ export class SeriesChart {
     await loadPlotly();
     answers.forEach((answer, i) => this.take(this.sources[i].runId, answer.series));
     this.downsampled = answers.some((a) => a.downsampled);
+    if (this.xKey) {
+      const range = this.rangeParams();
+      const xs = await Promise.all(this.sources.map((s) => this.fetch(s.runId, range, this.xKey)));
+      xs.forEach((answer, i) => this.xData.set(this.sources[i].runId, answer.series));
+    }
     this.loaded = true;
     this.render();
   }
@@ -304,7 +322,8 @@ export class SeriesChart {
       added += 1;
     });
     if (!added) return;
-    if (!this.zoom && mine.step.length > 2 * this.width()) this.load();
+    // Against another metric, its values at the new steps are read with them.
+    if (this.xKey || (!this.zoom && mine.step.length > 2 * this.width())) this.load();
     else this.render();
   }
 
@@ -315,6 +334,11 @@ export class SeriesChart {
 
   // x values of steps on the chosen axis (steps when no times are known for the run).
   xs(source, steps) {
+    if (this.xKey) {
+      const along = this.xData.get(source.runId);
+      if (!along?.step.length) return steps.map(() => null);
+      return steps.map((s) => interpolate(along.step, along.value, s));
+    }
     const timeline = source.timeline;
     if (settings.xAxis === "step" || !timeline?.known) return steps;
     if (settings.xAxis === "wall") return steps.map((s) => new Date(timeline.time(s) * 1000));
@@ -335,10 +359,11 @@ export class SeriesChart {
   }
 
   timed() {
-    return settings.xAxis !== "step" && this.sources.some((s) => s.timeline?.known);
+    return !this.xKey && settings.xAxis !== "step" && this.sources.some((s) => s.timeline?.known);
   }
 
   xTitle() {
+    if (this.xKey) return this.xKey;
     if (!this.timed()) return settings.xAxis === "step" ? "step" : "step (no times logged)";
     return settings.xAxis === "wall" ? "wall time" : `${this.timeScale().unit} since start`;
   }
@@ -440,7 +465,7 @@ export class SeriesChart {
       },
       shapes: this.shapes(),
       // Keep the user's zoom across live updates, until an axis setting changes.
-      uirevision: `${this.key} ${settings.xAxis} ${settings.logY}`,
+      uirevision: `${this.key} ${this.xKey || settings.xAxis} ${settings.logY}`,
       paper_bgcolor: "#fff",
       plot_bgcolor: "#fff",
       font: { color: "#1f2328" },
@@ -452,6 +477,7 @@ export class SeriesChart {
     const counts = this.sources.map((s) => this.data.get(s.runId).step.length);
     this.container.dataset.points = counts.join(",");
     this.container.dataset.downsampled = String(this.downsampled);
+    this.container.dataset.x = this.xKey || settings.xAxis;
     this.container.dataset.drawn = "true";
   }
 
@@ -693,6 +719,7 @@ export class ChartGrid {
     this.sources = sources.map((s) => ({ ...s, timeline: new Timeline(s.runId) }));
     this.onStep = onStep;
     this.charts = new Map(); // chart id -> SeriesChart or TimeChart
+    this.stepKeys = new Set(); // keys logged by step: what a chart's x menu offers
     this.counts = new Map(); // chart id -> Map(runId -> points stored)
     this.queue = []; // chart ids whose charts wait for their first read
     this.deferred = []; // ... and those in a closed section, until it is opened
@@ -711,15 +738,17 @@ export class ChartGrid {
   }
 
   // Add a chart for each (key, axis) not seen yet, in its section and group, in name order,
-  // and read it. rows: [{key, axis, count, last_step, last_value}] of one run (`runId`), as
-  // /metrics/keys gives them. A step key with at most one point in every run is a value in
-  // its section's table, not a chart of a lone dot (issue 24), until a second point comes.
+  // and read it. rows: [{key, axis, count, last_step, last_value, step_metric}] of one run
+  // (`runId`), as /metrics/keys gives them; a key with a step metric is drawn against it. A step
+  // key with at most one point in every run is a value in its section's table, not a chart of a
+  // lone dot (issue 24), until a second point comes.
   setKeys(rows, runId = this.sources[0].runId) {
     const fresh = [];
-    for (const { key, axis, count, last_step: step, last_value: value } of [...rows].sort((a, b) => (a.key < b.key ? -1 : 1))) {
+    for (const { key, axis, count, last_step: step, last_value: value, step_metric } of [...rows].sort((a, b) => (a.key < b.key ? -1 : 1))) {
       const id = chartId(key, axis);
       if (!this.counts.has(id)) this.counts.set(id, new Map());
       this.counts.get(id).set(runId, count);
+      if (axis !== "time") this.stepKeys.add(key);
       if (this.charts.has(id)) continue;
       const [section, group] = placeOf(key, axis);
       if (axis !== "time" && [...this.counts.get(id).values()].every((n) => n <= 1)) {
@@ -731,6 +760,10 @@ export class ChartGrid {
       const Chart = axis === "time" ? TimeChart : SeriesChart;
       const chart = new Chart(box, key, this.sources, { onStep: this.onStep });
       chart.marker = this.marker;
+      if (axis !== "time") {
+        chart.xKey = step_metric || null;
+        box.append(this.xMenu(chart));
+      }
       this.charts.set(id, chart);
       fresh.push(id);
     }
@@ -746,6 +779,23 @@ export class ChartGrid {
     const later = [...body.children].find((el) => el.dataset.key > key);
     body.insertBefore(box, later || null);
     return box;
+  }
+
+  // A step chart's x menu: the settings' axis, or any metric logged by step (listed when the
+  // menu is opened, so keys that arrived later are there).
+  xMenu(chart) {
+    const select = h("select", { class: "x-key", "aria-label": `x axis of ${chart.key}` });
+    const fill = () => {
+      const known = new Set([...this.stepKeys, chart.xKey].filter(Boolean));
+      const keys = [...known].filter((k) => k !== chart.key).sort();
+      select.replaceChildren(h("option", { value: "" }, "settings axis"),
+        ...keys.map((k) => h("option", { value: k }, k)));
+      select.value = chart.xKey || "";
+    };
+    fill();
+    select.addEventListener("focus", fill);
+    select.addEventListener("change", () => chart.setXKey(select.value));
+    return h("figcaption", { class: "x-choice" }, h("label", {}, "x ", select));
   }
 
   // The reward bands of the episodes, in a group of their own at the top.

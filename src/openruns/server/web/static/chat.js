@@ -10,7 +10,7 @@
 // readRecord(record) gives {kind, chats}; renderChat(chat, ...) draws one, with tool calls
 // linked to their results in both directions.
 
-import { api, envName, formatDuration, formatNumber, formatTime, h, okBadge } from "./common.js";
+import { api, apiUrl, envName, formatDuration, formatNumber, formatTime, h, okBadge } from "./common.js";
 import { foldText, json, jsonTree, kvTable } from "./render.js";
 
 const KNOWN_MESSAGE_FIELDS = new Set(["role", "content", "tool_calls", "tool_call_id", "name"]);
@@ -164,16 +164,42 @@ export function errorsList(errors, title) {
       e?.traceback ? h("details", {}, h("summary", {}, "traceback"), foldText(e.traceback, "text")) : null)));
 }
 
-// Message content: a string, or a list of parts ({type: "text", text} and others).
-function contentBlock(content) {
+// Message content: a string, or a list of parts ({type: "text", text}, {type: "image_url"} and
+// others).
+function contentBlock(content, runId) {
   if (content === null || content === undefined || content === "") return h("p", { class: "muted" }, "(no content)");
   if (isText(content)) return foldText(content);
   if (isList(content)) {
-    return h("div", {}, content.map((part) => (part?.type === "text" && isText(part.text)
-      ? foldText(part.text)
-      : h("div", { class: "part" }, h("span", { class: "muted" }, `${part?.type || "part"}: `), jsonTree(part)))));
+    return h("div", {}, content.map((part) => {
+      if (part?.type === "text" && isText(part.text)) return foldText(part.text);
+      if (part?.type === "image_url") return imagePart(part, runId);
+      return h("div", { class: "part" }, h("span", { class: "muted" }, `${part?.type || "part"}: `), jsonTree(part));
+    }));
   }
   return jsonTree(content);
+}
+
+// Where the page loads an image from: a run's media path (`media/...`: the images of W&B
+// tables and history, server/wandb/media.py) from the run's media route, a data: URL as it
+// is, a same-origin path as it is; null for another host (the dashboard works air-gapped, and
+// its Content-Security-Policy loads images from this origin only).
+export function mediaSrc(url, runId) {
+  if (!isText(url)) return null;
+  if (url.startsWith("data:image/") || (url.startsWith("/") && !url.startsWith("//"))) return url;
+  if (url.startsWith("media/") && runId) {
+    return apiUrl(`/runs/${encodeURIComponent(runId)}/media/${url.split("/").map(encodeURIComponent).join("/")}`);
+  }
+  return null;
+}
+
+function imagePart(part, runId) {
+  const url = isText(part.image_url) ? part.image_url : part.image_url?.url;
+  const src = mediaSrc(url, runId);
+  const caption = isText(part.caption) ? part.caption : null;
+  return h("figure", { class: "part image" },
+    src ? h("img", { src, alt: caption || "image", loading: "lazy" })
+      : h("p", { class: "muted" }, "image not loaded: ", h("code", {}, isText(url) ? url.slice(0, 200) : "?")),
+    caption ? h("figcaption", {}, caption) : null);
 }
 
 // Anchors of a chat's tool calls and results: unique on the page (`scope` names the chat).
@@ -197,7 +223,7 @@ function toolCall(call, scope, answered) {
     isText(args) ? foldText(args, "json") : foldText(json(args ?? {}), "json"));
 }
 
-function messageCard(m, scope, callNames, answered) {
+function messageCard(m, scope, callNames, answered, runId) {
   const role = m.role || "unknown";
   const extras = Object.entries(m).filter(([k, v]) => !KNOWN_MESSAGE_FIELDS.has(k) && !MESSAGE_META.has(k) && v !== null && v !== undefined);
   const parentNote = m.parent !== undefined && m.parent !== null && m.parent !== m.index - 1
@@ -213,15 +239,16 @@ function messageCard(m, scope, callNames, answered) {
       m.tokens !== null && m.tokens !== undefined
         ? h("span", { class: "muted right" }, `${formatNumber(m.tokens)} tokens${m.trained !== null ? `, ${formatNumber(m.trained)} trained` : ""}`) : null),
     extras.map(([k, v]) => h("div", { class: "extra" }, h("span", { class: "muted" }, k), isText(v) ? foldText(v) : jsonTree(v))),
-    contentBlock(m.content),
+    contentBlock(m.content, runId),
     (isList(m.tool_calls) ? m.tool_calls : []).map((call) => toolCall(call, scope, answered)));
 }
 
 const MESSAGE_META = new Set(["index", "parent", "sampled", "tokens", "trained"]);
 
 // One chat: its facts, errors, rewards/metrics/timing, then the messages in order. `scope`
-// keeps its anchors apart from another chat's on the same page.
-export function renderChat(chat, { scope, heading, count = 1, index = 0 }) {
+// keeps its anchors apart from another chat's on the same page; `runId` is the run whose
+// media its images are.
+export function renderChat(chat, { scope, heading, count = 1, index = 0, runId = null }) {
   const callNames = new Map();
   const answered = new Set();
   for (const m of chat.messages) {
@@ -245,7 +272,7 @@ export function renderChat(chat, { scope, heading, count = 1, index = 0 }) {
     errorsList(chat.errors, "Errors"),
     h("div", { class: "tables" }, rewardsTable(chat.rewards), kvTable(isObject(chat.metrics) ? chat.metrics : null, "Metrics"), timingTable(chat.timing)),
     tools.length ? h("details", {}, h("summary", {}, `Tools advertised (${tools.length})`), jsonTree(tools)) : null,
-    h("div", { class: "messages" }, chat.messages.map((m) => messageCard(m, `${scope}-${index}`, callNames, answered))),
+    h("div", { class: "messages" }, chat.messages.map((m) => messageCard(m, `${scope}-${index}`, callNames, answered, runId))),
     isObject(chat.info) && Object.keys(chat.info).length ? h("details", {}, h("summary", {}, "info"), jsonTree(chat.info)) : null,
     isList(chat.calls) && chat.calls.length ? h("details", {}, h("summary", {}, `Model calls (${chat.calls.length})`), jsonTree(chat.calls)) : null,
     chat.rest && Object.keys(chat.rest).length ? h("details", { class: "rest" }, h("summary", {}, "Other fields"), jsonTree(chat.rest)) : null);

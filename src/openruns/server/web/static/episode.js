@@ -187,7 +187,7 @@ async function main() {
     ? [h("section", { class: "trace unknown" }, h("h2", {}, "Record"),
       h("p", { class: "muted" }, "Not a chat of a known shape: its fields, as stored."), jsonTree(record))]
     : kind === "episode" && !chats.length ? [untraced(record)]
-      : chats.map((chat, i) => renderChat(chat, { scope: "t", heading, count: chats.length, index: i }))));
+      : chats.map((chat, i) => renderChat(chat, { scope: "t", heading, count: chats.length, index: i, runId }))));
   // The raw record can be megabytes: built only when asked for.
   el("raw").addEventListener("toggle", () => {
     if (el("raw").open && !el("raw-body").textContent) el("raw-body").textContent = json(record);

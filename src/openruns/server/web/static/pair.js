@@ -23,7 +23,7 @@ async function side(root, runId, id, scope) {
     h("dl", { class: "facts narrow" }, recordFacts(record, row).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     kind === "other"
       ? jsonTree(record)
-      : chats.map((chat, i) => renderChat(chat, { scope, heading: kind === "chat" ? "Chat" : "Trace", count: chats.length, index: i })),
+      : chats.map((chat, i) => renderChat(chat, { scope, heading: kind === "chat" ? "Chat" : "Trace", count: chats.length, index: i, runId })),
   );
 }
 

@@ -17,12 +17,14 @@ import {
 } from "./common.js";
 import { ChartGrid, chartId, runColors, settingsBar } from "./charts.js";
 import { LogsView } from "./logs.js";
+import { MediaSection } from "./media.js";
 
 const POLL_MS = 2000;
 const AFTER_FINISH_S = 90; // keep polling this long after the run finished (late uploads)
 const STEPS_SHOWN = 50;
 const LATE_STEPS = 8; // steps re-read behind the newest one (late episodes of async RL)
 const TIMELINE_MS = 15000; // how often a live run's step times are read again
+const MEDIA_MS = 10000; // how often a live run's images and tables are listed again
 
 const runId = pathParts()[1];
 const base = `/runs/${encodeURIComponent(runId)}`;
@@ -44,6 +46,8 @@ const grid = new ChartGrid(
 );
 document.getElementById("chart-settings").append(settingsBar());
 const logs = new LogsView(base);
+const media = new MediaSection(document.getElementById("media"), runId);
+let mediaAt = null; // when the media were last listed; null: never, false: no media route
 
 function renderHeader(run) {
   document.title = `${runTitle(run)} · openruns`;
@@ -55,12 +59,14 @@ function renderHeader(run) {
     ["Environments", (run.environments || []).map(envName).join(", ") || "—"],
     ["Tags", (run.tags || []).length ? run.tags.map((t) => [h("a", { class: "tag", href: `/?tag=${encodeURIComponent(t)}` }, t), " "]) : "—"],
     ["Group", run.group ? h("a", { href: `/?group=${encodeURIComponent(run.group)}` }, run.group) : "—"],
+    ["Project", h("a", { href: `/?project=${encodeURIComponent(run.project)}` }, run.project)],
     ["Team", run.team_id],
     ["Started", formatTime(run.created_at)],
     ["Duration", h("span", { id: "duration" }, formatDuration(runDuration(run)))],
     ["Finished", run.finished_at ? formatTime(run.finished_at) : "—"],
     ["Last heartbeat", run.last_heartbeat_at ? timeCell(run.last_heartbeat_at) : "—"],
   ];
+  facts.push(...wandbFacts(wandbSide));
   const training = run.training || {};
   if (training.max_steps) facts.push(["Progress", progress(state.maxStep, training.max_steps)]);
   for (const [name, value] of Object.entries(training)) {
@@ -71,7 +77,8 @@ function renderHeader(run) {
   const lost = (losses.dropped_records || 0) + failed.reduce((a, [, n]) => a + n, 0);
   const header = document.getElementById("run-header");
   fill(header,
-    h("h1", {}, runTitle(run), " ", statusBadge(run.status), " ", h("span", { class: "badge kind" }, run.kind)),
+    h("h1", {}, runTitle(run), " ", statusBadge(run.status), " ", h("span", { class: "badge kind" }, run.kind),
+      run.status === "running" ? [" ", stopButton(run)] : null),
     run.description ? h("p", { class: "description" }, run.description) : null,
     endingBox(run),
     h("dl", { class: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
@@ -424,6 +431,51 @@ function setUpNotes() {
   });
 }
 
+async function pollMedia() {
+  const served = await media.poll();
+  mediaAt = served ? Date.now() : false;
+}
+
+// What a run logged by the W&B SDK says of itself (wandb-metadata.json, its job type, a fork's
+// origin): undefined until read, null for a run without a W&B side.
+let wandbSide;
+
+function wandbFacts(side) {
+  if (!side) return [];
+  const meta = side.metadata || {};
+  const gpu = meta.gpu ? `${meta.gpu_count || 1} × ${meta.gpu}` : null;
+  const facts = [
+    ["W&B entity", side.entity],
+    ["Job type", side.job_type],
+    ["Host", meta.host],
+    ["Program", meta.program ? h("code", {}, [meta.program, ...(meta.args || [])].join(" ")) : null],
+    ["Python", meta.python],
+    ["GPU", gpu],
+    ["Git commit", meta.git?.commit ? h("code", {}, meta.git.commit) : null],
+    ["Forked from", side.forked_from ? h("a", { href: `/runs/${encodeURIComponent(side.forked_from.split("?")[0])}` }, side.forked_from) : null],
+  ];
+  return facts.filter(([, value]) => value);
+}
+
+// Stop: the run's process is asked to stop (a W&B run's SDK stops its script); the run stays
+// running until that process ends it.
+function stopButton(run) {
+  if (run.stop_requested_at) return h("span", { class: "badge", id: "stop-requested" }, "stop requested");
+  const button = h("button", { type: "button", id: "stop-run", title: "Ask the run's process to stop" }, "Stop run");
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    try {
+      state.run = await apiSend("POST", `${base}/stop`);
+      state.signature = null;
+      renderHeader(state.run);
+    } catch (error) {
+      button.disabled = false;
+      showError(error);
+    }
+  });
+  return button;
+}
+
 let configShown = false;
 let timelineAt = Date.now();
 async function tick() {
@@ -434,6 +486,7 @@ async function tick() {
     if (showMissing(error, `No run ${runId}`)) return false;
     throw error;
   }
+  if (wandbSide === undefined) wandbSide = await api(`${base}/wandb`).catch(() => null);
   const first = state.run === null;
   state.run = run;
   grid.sources[0].label = runLabel(run);
@@ -444,7 +497,8 @@ async function tick() {
     state.linesPrinted = (await api(`${base}/logs`, { tail: "true", limit: 1 })).totals.lines;
   }
   const logsOpen = !document.getElementById("panel-logs").hidden;
-  await Promise.all([pollMetrics(), pollSteps(), logsOpen ? logs.poll() : null]);
+  const mediaDue = mediaAt === null || (mediaAt !== false && run.status === "running" && Date.now() - mediaAt > MEDIA_MS);
+  await Promise.all([pollMetrics(), pollSteps(), logsOpen ? logs.poll() : null, mediaDue ? pollMedia() : null]);
   if (run.status === "running" && Date.now() - timelineAt > TIMELINE_MS) {
     timelineAt = Date.now();
     grid.refreshTimelines();

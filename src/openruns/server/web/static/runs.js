@@ -3,7 +3,7 @@
 // value of a key: each visible run's /metrics/keys (one row per key), plus its numeric summary.
 // The columns are the reader's choice, kept in this browser; until one is made, the keys most
 // visible runs share, rewards first, then losses, then accuracy-like scores. Rows can be grouped
-// (by the runs' group, kind, model or status). Live: the page is re-read every POLL_MS, and the
+// (by the runs' project, group, kind, model or status). Live: the page is re-read every POLL_MS, and the
 // metrics of runs that are still running every METRICS_MS.
 
 import {
@@ -28,6 +28,7 @@ const FIXED = {
     cell: (run) => [h("a", { href: `/runs/${encodeURIComponent(run.id)}`, tabindex: "-1" }, run.name || run.id),
       (run.tags || []).map((t) => [" ", h("span", { class: "tag" }, t)])],
   },
+  Project: { cell: (run) => run.project || "default", hidden: true },
   Group: { cell: (run) => run.group || h("span", { class: "muted" }, "—"), hidden: true },
   Model: { cell: (run) => run.model || "—" },
   Started: { cell: (run) => timeCell(run.created_at) },
@@ -52,12 +53,13 @@ function filters() {
     kind: el("f-kind").value,
     tag: el("f-tag").value.trim(),
     group: el("f-group").value.trim(),
+    project: el("f-project").value.trim(),
   };
 }
 
 function readUrl() {
   const params = new URLSearchParams(location.search);
-  for (const name of ["name", "status", "kind", "tag", "group"]) el(`f-${name}`).value = params.get(name) || "";
+  for (const name of ["name", "status", "kind", "tag", "group", "project"]) el(`f-${name}`).value = params.get(name) || "";
 }
 
 function writeUrl() {
@@ -245,7 +247,7 @@ function setUp() {
   readUrl();
   el("group-by").value = state.groupBy;
   el("filters").addEventListener("submit", (e) => e.preventDefault());
-  for (const id of ["f-name", "f-tag", "f-group"]) el(id).addEventListener("input", onFilter);
+  for (const id of ["f-name", "f-tag", "f-group", "f-project"]) el(id).addEventListener("input", onFilter);
   for (const id of ["f-status", "f-kind"]) el(id).addEventListener("change", onFilter);
   el("group-by").addEventListener("change", () => {
     state.groupBy = el("group-by").value;
