@@ -106,9 +106,9 @@ def update_run(
     summary: dict[str, Any] | None,
     now: float,
 ) -> None:
-    """PUT /evaluations/{id} without a status: replace the config, merge the summary; 409 once
-    the run is closed (the platform's status guard rejects the whole update)."""
-    _require_running(conn, seq)
+    """PUT /evaluations/{id} without a status: replace the config, merge the summary, whatever
+    the run's status: only status changes are guarded (prime-runs closing an eval that was
+    closed elsewhere still sends its metadata, issue 20)."""
     if config is not None:
         conn.execute(
             update(runs_table)
@@ -141,9 +141,11 @@ def close_run(
 
 
 def _require_running(conn: Connection, seq: int) -> None:
-    status = conn.execute(select(runs_table.c.status).where(runs_table.c.seq == seq)).scalar_one()
-    if status != RunStatus.RUNNING:
-        raise conflict("run_closed", f"the run is already {status}")
+    """409 unless the run is open to its owner (running, or crashed by the sweeper's guess)."""
+    query = select(runs_table.c.status, runs_table.c.status_by).where(runs_table.c.seq == seq)
+    row = conn.execute(query).mappings().one()
+    if row["status"] != RunStatus.RUNNING and not runs.is_swept(dict(row)):
+        raise conflict("run_closed", f"the run is already {row['status']}")
 
 
 def ingest_metric_row(
