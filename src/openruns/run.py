@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -524,6 +525,8 @@ class Run:
             if self._run_dir is not None:
                 writer = getattr(self._pipeline.sink, "writer_id", None)
                 losses = add_writers_losses(losses, self._run_dir, self._opened_at, writer)
+                if losses.get("spooled_records"):  # where `openruns sync` finds them (issue 25)
+                    losses["spool"] = {"host": socket.gethostname(), "dir": str(self._run_dir)}
         return losses
 
     def _report_losses(self, drained: bool) -> None:

@@ -189,15 +189,16 @@ class ServerBackend:
         Close the run: first in run.json (so `openruns sync` can set the status if the server
         never hears it), then on the server, retried every half second or so (one small call,
         issue 25) until acknowledged or `deadline` (one attempt when the uploads found the
-        server down: it is not waited for twice). When another process closed the run first
-        with another status (409), that standing status and its error are returned.
+        server down and it answered nothing during their close: it is not waited for twice).
+        When another process closed the run first with another status (409), that standing
+        status and its error are returned.
         """
         self._stop_heartbeat.set()
         self.local.finalize(status, error, summary, losses)
         body = {"status": status.value, "error": error, "summary": summary, "losses": losses}
         if deadline is None:
             deadline = time.monotonic() + self.settings.retry_timeout
-        if self._sink is not None and self._sink.gave_up:
+        if self._sink is not None and self._sink.unanswered_at_close:
             deadline = time.monotonic()
 
         def finish() -> Any:

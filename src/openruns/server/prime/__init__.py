@@ -10,6 +10,8 @@ with `PRIME_API_BASE_URL`, `PRIME_TRACES_URL` and `PRIME_API_KEY` pointing here.
     traces.py         POST /traces: Prime Traces batches into the runs' episodes
     samples.py        the legacy sample tables: eval rows and training Parquet, kept as sent
     exports.py        reading those back (native API)
+    links.py          /dashboard/training/{id}, /dashboard/evaluations/{id}: prime-runs'
+                      `run.url`, redirected to the run's page
     deps.py           caller (Bearer or x-api-key), teams, runs, document conversions
 
 A Prime eval is an openruns run of kind eval, an external training run one of kind train:
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from . import environments, evaluations, exports, objects, rft, traces
+from . import environments, evaluations, exports, links, objects, rft, traces
 
 __all__ = ["include_prime"]
 
@@ -33,3 +35,4 @@ def include_prime(app: FastAPI) -> None:
         app.include_router(router, prefix="/api/internal", include_in_schema=False)
     for router in (traces.router, objects.router, exports.router):
         app.include_router(router, prefix="/api/v1")
+    app.include_router(links.router)
