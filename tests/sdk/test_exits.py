@@ -103,11 +103,7 @@ def _wait_for_line(proc, text: str, timeout: float = 30.0) -> None:
     raise AssertionError(f"{text!r} never printed")
 
 
-@pytest.mark.parametrize(
-    ("signum", "status"),
-    [(signal.SIGTERM, "crashed"), (signal.SIGINT, "cancelled")],
-)
-def test_signal_closes_the_run_then_chains_to_the_previous_handler(tmp_path, signum, status):
+def test_sigterm_closes_the_run_then_chains_to_the_previous_handler(tmp_path):
     code = (
         """
 import signal, sys, time
@@ -115,6 +111,29 @@ def previous(signum, frame):
     print("previous handler ran", flush=True)
     sys.exit(7)
 signal.signal(signal.SIGTERM, previous)
+"""
+        + OPEN
+        + """
+print("ready", flush=True)
+time.sleep(30)
+"""
+    )
+    proc = spawn(code, tmp_path)
+    _wait_for_line(proc, "ready")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert "previous handler ran" in out, err
+    assert proc.returncode == 7
+    assert _status(tmp_path) == ("crashed", "terminated by SIGTERM")
+
+
+def test_sigint_runs_the_applications_handler_with_the_run_open(tmp_path):
+    code = (
+        """
+import signal, sys, time
+def previous(signum, frame):
+    print("previous handler ran", run.status.value, flush=True)
+    sys.exit(7)
 signal.signal(signal.SIGINT, previous)
 """
         + OPEN
@@ -125,12 +144,63 @@ time.sleep(30)
     )
     proc = spawn(code, tmp_path)
     _wait_for_line(proc, "ready")
-    proc.send_signal(signum)
+    proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
-    assert "previous handler ran" in out, err
+    assert "previous handler ran running" in out, err  # the run was still open in it
     assert proc.returncode == 7
-    name = signal.Signals(signum).name
-    assert _status(tmp_path) == (status, f"terminated by {name}")
+    assert _status(tmp_path) == ("cancelled", "terminated by SIGINT")  # closed at exit
+
+
+def test_a_trainer_that_catches_ctrl_c_to_checkpoint_keeps_logging(tmp_path):
+    # Issue 20: the interrupt reaches the trainer's code with the run open; it checkpoints,
+    # logs on, and its own finish decides the status.
+    code = (
+        OPEN
+        + """
+import time
+step = 1
+try:
+    print("ready", flush=True)
+    while True:
+        run.log_metrics({"x": step}, step=step)
+        step += 1
+        time.sleep(0.01)
+except KeyboardInterrupt:
+    print("checkpointing at", step, run.status.value, flush=True)
+run.log_metrics({"checkpointed": 1}, step=step)
+run.log_episodes([{"id": "after-ctrl-c", "traces": []}], step=step)
+run.finish()
+print(run.status.value, step)
+"""
+    )
+    proc = spawn(code, tmp_path)
+    _wait_for_line(proc, "ready")
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "checkpointing at" in out and "running" in out.split("checkpointing at")[1], out
+    last = int(out.split()[-1])
+    assert out.split()[-2] == "completed"
+    run_dir = only_run_dir(tmp_path / DEFAULT_DIR)
+    assert _status(tmp_path) == ("completed", None)
+    from .helpers import records
+
+    rows = records(run_dir, "metrics")
+    xs = [r["step"] for r in rows if "x" in r["values"]]
+    assert xs == list(range(len(xs))) and len(xs) >= last - 1  # step 0 of OPEN, every one after
+    assert rows[-1] == {**rows[-1], "step": last, "values": {"checkpointed": 1}}
+    assert [r["id"] for r in records(run_dir, "episodes")] == ["after-ctrl-c"]
+
+
+def test_an_uncaught_ctrl_c_cancels_the_run_at_exit(tmp_path):
+    code = OPEN + "print('ready', flush=True)\nimport time\ntime.sleep(30)\n"
+    proc = spawn(code, tmp_path)
+    _wait_for_line(proc, "ready")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    assert _status(tmp_path) == ("cancelled", "interrupted (KeyboardInterrupt)")
 
 
 def test_sigterm_with_default_handler_kills_the_process_after_closing_the_run(tmp_path):
