@@ -226,6 +226,9 @@ def _show(args: argparse.Namespace) -> int:
     for key in ("id", "name", "kind", "status", "error", "model", "framework", "description"):
         if doc.get(key) is not None:
             print(f"{key}: {doc[key]}")
+    if doc.get("status_history"):  # crashed by the sweeper, then completed by its owner, ...
+        changes = ", then ".join(f"{c['status']} by {c['by']}" for c in doc["status_history"])
+        print(f"status set: {changes}")
     for key in ("tags", "environments", "summary"):
         if doc.get(key):
             print(f"{key}: {orjson.dumps(doc[key]).decode()}")

@@ -50,6 +50,7 @@ def test_a_scheduler_creates_components_attach_and_only_flush_the_scheduler_fini
     assert api.get(f"/runs/{run_id}").json()["status"] == "completed"
     shown = cli("runs", "show", run_id, env=env, cwd=tmp_path)
     assert "status: completed" in shown.stdout
+    assert "status set: completed by owner" in shown.stdout
     again = cli("runs", "finish", run_id, "--status", "failed", env=env, cwd=tmp_path)
     assert again.returncode == 1 and "already completed" in again.stderr
 

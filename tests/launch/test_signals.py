@@ -16,9 +16,8 @@ import httpx
 import pytest
 
 from openruns.server import serve_in_thread
-from openruns.sync import sync_run
-from openruns.upload.wire import WireClient
 
+from ..online.conftest import synced
 from ..online.faultproxy import FaultProxy
 from ..procs import default_signals, track
 from .helpers import cli_env, script, spawn_cli, wait_for
@@ -75,18 +74,7 @@ def _every_step(ids: set[str], noted: int) -> None:
     assert ids in ({f"ep-{i}" for i in range(n)} for n in (noted, noted + 1)), (len(ids), noted)
 
 
-def _sync(url: str, run_dir) -> None:
-    wire = WireClient(url, None)
-    try:
-        result = sync_run(wire, run_dir)
-    finally:
-        wire.close()
-    assert (result.errors, result.rejected) == ([], 0)
-
-
-def test_a_child_of_openruns_run_sigtermed_mid_logging_has_every_record_counted(
-    server, tmp_path
-):
+def test_a_child_of_openruns_run_sigtermed_mid_logging_has_every_record_counted(server, tmp_path):
     # The server takes the first episode upload and then is too busy for the rest: at the
     # signal the child has records delivered, and records it can only spool.
     taken = {"episodes": 0}
@@ -127,7 +115,7 @@ def test_a_child_of_openruns_run_sigtermed_mid_logging_has_every_record_counted(
     assert doc["losses"]["dropped_records"] == 0 and doc["losses"]["failed_records"] == {}
     noted = _logged(notes)
     assert len(delivered) + spooled in (noted, noted + 1)
-    _sync(server.url, run_dir)  # the spool holds exactly what the server lacks
+    synced(server.url, run_dir)  # the spool holds exactly what the server lacks
     _every_step(_episode_ids(server.url, run_dir.name), noted)
 
 

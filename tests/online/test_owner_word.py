@@ -18,26 +18,11 @@ import httpx
 import pytest
 
 import openruns
-from openruns.sync import sync_run
 from openruns.upload import pipeline as sdk_pipeline
-from openruns.upload.wire import WireClient
 
 from ..procs import default_signals
-from .conftest import SRC, all_episodes, get, metric_points
+from .conftest import SRC, all_episodes, episode, get, metric_points, synced
 from .faultproxy import FaultProxy
-
-
-def _episode(i: int) -> dict:
-    return {"id": f"ep-{i}", "env": "math", "traces": [{"reward": 1.0, "text": "x" * 2000}]}
-
-
-def _sync(url: str, run_dir) -> None:
-    wire = WireClient(url, None)
-    try:
-        result = sync_run(wire, run_dir)
-    finally:
-        wire.close()
-    assert (result.errors, result.rejected) == ([], 0)
 
 
 def _changes(doc: dict) -> list[tuple[str, str]]:
@@ -53,12 +38,12 @@ def test_an_outage_past_the_finish_grace_then_sync_delivers_all_and_the_owner_wi
         kind="train", base_url=proc.url, dir=tmp_path / "local", system_metrics_interval=0
     )
     for i in range(10):
-        run.log_episodes([_episode(i)], step=i)
+        run.log_episodes([episode(i)], step=i)
         run.log_metrics({"loss": float(i)}, step=i)
     assert run.flush(timeout=60)
     proc.kill()  # the server is down when the run ends
     for i in range(10, 32):
-        run.log_episodes([_episode(i)], step=i)
+        run.log_episodes([episode(i)], step=i)
         run.log_metrics({"loss": float(i)}, step=i)
     run.finish(timeout=30)
     assert (run.spooled_records, run.dropped_records) == (44, 0)
@@ -72,7 +57,7 @@ def test_an_outage_past_the_finish_grace_then_sync_delivers_all_and_the_owner_wi
     while time.time() - doc["finished_at"] <= 2.0:  # uploads after the grace used to be 409
         time.sleep(0.2)
 
-    _sync(proc.url, run.dir)  # every spooled batch delivered, none refused
+    synced(proc.url, run.dir)  # every spooled batch delivered, none refused
     doc = get(proc.url, f"/runs/{run.id}")
     assert (doc["status"], doc["error"], doc["status_by"]) == ("completed", None, "owner")
     assert _changes(doc) == [("crashed", "sweeper"), ("completed", "owner")]
@@ -95,7 +80,7 @@ def test_at_sixty_percent_faults_the_run_names_what_waits_in_the_spool(
             kind="train", base_url=proxy.url, dir=tmp_path / "local", system_metrics_interval=0
         )
         for i in range(150):
-            run.log_episodes([_episode(i)], step=i)
+            run.log_episodes([episode(i)], step=i)
         # Its drain runs out with records still on disk (issue 25 saw 60 of 150); the final
         # status keeps a quarter of the budget, retried every half second.
         run.finish(timeout=40)
@@ -113,7 +98,7 @@ def test_at_sixty_percent_faults_the_run_names_what_waits_in_the_spool(
     stored = {e["id"] for e in all_episodes(server.url, run.id)}
     assert len(stored) + run.spooled_records >= 150  # an ambiguous failure may be in both
 
-    _sync(server.url, run.dir)
+    synced(server.url, run.dir)
     assert len(all_episodes(server.url, run.id)) == 150
     assert get(server.url, f"/runs/{run.id}")["losses"]["spooled_records"] == 0
 

@@ -103,38 +103,23 @@ def _wait_for_line(proc, text: str, timeout: float = 30.0) -> None:
     raise AssertionError(f"{text!r} never printed")
 
 
-def test_sigterm_closes_the_run_then_chains_to_the_previous_handler(tmp_path):
+@pytest.mark.parametrize(
+    ("signum", "seen", "status"),
+    [
+        # SIGTERM closes the run first, then chains to the handler that was there before.
+        (signal.SIGTERM, "crashed", ("crashed", "terminated by SIGTERM")),
+        # SIGINT runs the application's handler with the run open; it is cancelled at exit.
+        (signal.SIGINT, "running", ("cancelled", "terminated by SIGINT")),
+    ],
+)
+def test_a_signal_chains_to_the_applications_handler(tmp_path, signum, seen, status):
     code = (
-        """
-import signal, sys, time
-def previous(signum, frame):
-    print("previous handler ran", flush=True)
-    sys.exit(7)
-signal.signal(signal.SIGTERM, previous)
-"""
-        + OPEN
-        + """
-print("ready", flush=True)
-time.sleep(30)
-"""
-    )
-    proc = spawn(code, tmp_path)
-    _wait_for_line(proc, "ready")
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=30)
-    assert "previous handler ran" in out, err
-    assert proc.returncode == 7
-    assert _status(tmp_path) == ("crashed", "terminated by SIGTERM")
-
-
-def test_sigint_runs_the_applications_handler_with_the_run_open(tmp_path):
-    code = (
-        """
+        f"""
 import signal, sys, time
 def previous(signum, frame):
     print("previous handler ran", run.status.value, flush=True)
     sys.exit(7)
-signal.signal(signal.SIGINT, previous)
+signal.signal({int(signum)}, previous)
 """
         + OPEN
         + """
@@ -144,11 +129,11 @@ time.sleep(30)
     )
     proc = spawn(code, tmp_path)
     _wait_for_line(proc, "ready")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)
-    assert "previous handler ran running" in out, err  # the run was still open in it
+    assert f"previous handler ran {seen}" in out, err
     assert proc.returncode == 7
-    assert _status(tmp_path) == ("cancelled", "terminated by SIGINT")  # closed at exit
+    assert _status(tmp_path) == status
 
 
 def test_a_trainer_that_catches_ctrl_c_to_checkpoint_keeps_logging(tmp_path):
@@ -158,6 +143,8 @@ def test_a_trainer_that_catches_ctrl_c_to_checkpoint_keeps_logging(tmp_path):
         OPEN
         + """
 import time
+
+import pytest
 step = 1
 try:
     print("ready", flush=True)
@@ -217,6 +204,8 @@ def test_sigint_with_python_default_raises_keyboard_interrupt(tmp_path):
         OPEN
         + """
 import time
+
+import pytest
 try:
     print("ready", flush=True)
     time.sleep(30)
