@@ -24,7 +24,8 @@ from .identity import (
     new_run_id,
     nonzero_rank,
 )
-from .run import Ownership, Run
+from .ownership import Ownership, decide
+from .run import Run
 from .settings import Settings
 from .settings import traces_opt_out as resolve_traces_opt_out
 from .spec import ConfigSource, EnvironmentRef, TrainingSpec
@@ -65,19 +66,21 @@ def init(
         run = openruns.init(kind="eval", model="Qwen/Qwen3-8B", environments=["gsm8k"],
                             config="eval.toml")
 
-    Which run, and who sets its final status:
-    - a run exported by another process (`OPENRUNS_RUN_ID`, set by the process that created it,
-      by `openruns run` / `openruns launch`, or by a scheduler after `openruns runs create`) is
-      attached to: this process only flushes its records, and reports its fatal error for the
-      owner; its `name=`, `config=`, `tags=`, ... fill in what the owner left unset;
-    - `id=` resumes that run (creating it when it does not exist, reopening it when it ended):
-      this process then finishes it as its owner. With `kind="train"` it follows prime-rl's
-      contract instead: nothing is registered, a clean finish() completes the run, and a
-      failure is logged and left to the launcher or scheduler that created it. An `id=` equal
-      to the exported run's is an attach like the above;
+    Which run, and who sets its final status (ownership.decide, the one rule):
+    - an id from the environment belongs to whoever put it there. A run exported by another
+      process (`OPENRUNS_RUN_ID`, set by the process that created it, by `openruns run` /
+      `openruns launch`, or by a scheduler after `openruns runs create`) is attached to, and so
+      is `id=X` when X is the value of `OPENRUNS_RUN_ID` or `RUN_ID` (a platform that passes
+      only `RUN_ID` to each pod; prime-rl's `init(kind="train", id=os.environ["RUN_ID"])`):
+      this process only flushes its records, and reports its fatal error for the owner; its
+      `name=`, `config=`, `tags=`, ... fill in what the owner left unset;
+    - any other `id=` resumes that run (creating it when it does not exist, reopening it when it
+      ended): this process then finishes it as its owner. With `kind="train"` it follows
+      prime-rl's contract instead: nothing is registered, a clean finish() completes the run,
+      and a failure is logged and left to the launcher or scheduler that created it;
     - a process with a non-zero `RANK` / `LOCAL_RANK` / `DP_RANK` only ever attaches (without a
       run to attach to, its run is disabled, with a warning);
-    - otherwise a new run is created and owned by this process.
+    - otherwise a new run is created and owned by this process (`RUN_ID` alone is not read).
 
     `config`: a path (stored byte-for-byte with its format), a ConfigSource or a mapping.
     `group`: a name shared by the runs of one experiment (the dashboard groups by it).
@@ -189,26 +192,23 @@ def open_run(
     if inherited is not None and id is None:  # the id this process attaches to
         check_run_id(inherited.id, RUN_ID_ENV)
     rank = nonzero_rank()
-    if id is not None:
-        run_id: str | None = id
-        if rank is not None or (inherited is not None and id == inherited.id):
-            ownership = Ownership.ATTACHED  # the id came from the environment, or a rank
-        elif kind == "train":
-            ownership = Ownership.COMPLETES
-        else:
-            ownership = Ownership.OWNER  # a resume
-    elif inherited is not None:
-        run_id, ownership = inherited.id, Ownership.ATTACHED
-    else:
-        run_id, ownership = None, Ownership.OWNER
-        if rank is not None:
-            logger.warning(
-                "openruns: %s has no run to attach to (no id= and no OPENRUNS_RUN_ID); "
-                "non-zero ranks never create runs, so this process's logging is discarded",
-                rank,
-            )
-            settings = dataclasses.replace(settings, mode="disabled")
-    if inherited is not None and run_id == inherited.id:
+    env_ids = {v for v in (os.environ.get(RUN_ID_ENV), os.environ.get(COMPAT_RUN_ID_ENV)) if v}
+    decision = decide(
+        id=id,
+        kind=kind,
+        exported=inherited.id if inherited is not None else None,
+        env_ids=env_ids,
+        rank=rank,
+    )
+    run_id, ownership = decision.run_id, decision.ownership
+    if decision.discard:
+        logger.warning(
+            "openruns: %s has no run to attach to (no id= and no OPENRUNS_RUN_ID); "
+            "non-zero ranks never create runs, so this process's logging is discarded",
+            rank,
+        )
+        settings = dataclasses.replace(settings, mode="disabled")
+    if decision.inherited and inherited is not None:
         kind = inherited.kind or kind
     default_name = None
     if ownership is Ownership.OWNER and not name:
@@ -244,7 +244,7 @@ def open_run(
         assert run_id is not None
         run_dir = Path(
             inherited.run_dir
-            if inherited is not None and inherited.run_dir and run_id == inherited.id
+            if decision.inherited and inherited is not None and inherited.run_dir
             else Path(settings.dir) / run_id
         ).absolute()
         if settings.mode == "online":

@@ -2,17 +2,26 @@
 How a process ends, reported to its open runs.
 
 One atexit hook, one pair of SIGTERM/SIGINT handlers and one excepthook serve every open run of
-the process (open runs are held here strongly, so a run the caller dropped is still closed).
+the process, owned or attached (open runs are held here strongly, so a run the caller dropped
+is still closed).
 
 - interpreter exit with a run open: crashed ("process exited without finishing the run", or the
-  uncaught exception that ended it); a process attached to a run reports that exception to
-  the run instead (`RuntimeError: boom (trainer)`), for its owner to fail the run with;
-- SIGTERM: crashed, SIGINT: cancelled ("terminated by SIGTERM"); then the handler that was
-  installed before ours runs (the default one re-delivers the signal), and when no run is open
-  any more the previous handlers are put back.
+  uncaught exception that ended it), cancelled when the process was interrupted (an uncaught
+  KeyboardInterrupt, or a SIGINT that arrived before); a process attached to a run reports an
+  uncaught exception to the run instead (`RuntimeError: boom (trainer)`), for its owner to fail
+  the run with;
+- SIGTERM: every open run is closed within the signal's drain budget (an owned one crashed,
+  "terminated by SIGTERM"; an attached one only flushes: what it cannot deliver is spooled and
+  counted, issue 20), then the handler that was installed before ours runs (the default one
+  re-delivers the signal);
+- SIGINT: the run stays open and the previous handler runs (Python's raises KeyboardInterrupt,
+  which reaches the caller's code: a trainer may catch it to checkpoint and keep logging); the
+  run is cancelled when the exception leaves `with run:`, or at exit. Only where SIGINT would
+  kill the process outright (SIG_DFL) are the runs closed first (cancelled), as for SIGTERM.
 
-A forked child inherits all of this; its runs are attached, so each of these only flushes (and
-reports an uncaught exception).
+When no run is open any more the previous handlers are put back. A forked child inherits all
+of this; its runs are attached, so each of these only flushes (and reports an uncaught
+exception).
 """
 
 from __future__ import annotations
@@ -34,14 +43,17 @@ if TYPE_CHECKING:
 
 __all__ = ["closed", "opened"]
 
-# A scheduler's grace period after SIGTERM is often 30 s (SLURM KillWait, Kubernetes); the run
-# is closed within it and the rest of the drain budget is not waited for.
-SIGNAL_DRAIN_SECONDS = 20.0
+# After SIGTERM a run is closed within this (or finish_timeout, if smaller), not the whole drain
+# budget: a scheduler's grace is often 30 s (SLURM KillWait, Kubernetes), and a component of
+# `openruns run` / `launch` gets 15 s (launch.DEFAULT_GRACE_SECONDS) before its SIGKILL, by
+# which its records must be delivered or spooled (issue 20).
+SIGNAL_DRAIN_SECONDS = 12.0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 _open: dict[int, Run] = {}
 _previous: dict[int, Any] = {}
 _uncaught: BaseException | None = None
+_interrupted = False  # a SIGINT arrived: a run still open at exit is cancelled
 _atexit_registered = False
 _lock = threading.RLock()
 
@@ -55,20 +67,24 @@ def opened(run: Run) -> None:
             atexit.register(_at_exit)
             _chain_excepthook()
             _atexit_registered = True
-        if run.owns_lifecycle:
-            _install_signal_handlers()
+        _install_signal_handlers()
 
 
 def closed(run: Run) -> None:
     with _lock:
         _open.pop(id(run), None)
-        if not any(r.owns_lifecycle for r in _open.values()):
+        if not _open:
             _restore_signal_handlers()
 
 
 def _at_exit() -> None:
     fatal = None
-    if _uncaught is not None:
+    status = RunStatus.CRASHED
+    if isinstance(_uncaught, KeyboardInterrupt):
+        status, error = RunStatus.CANCELLED, "interrupted (KeyboardInterrupt)"
+    elif _interrupted:
+        status, error = RunStatus.CANCELLED, "terminated by SIGINT"
+    elif _uncaught is not None:
         described = f"{type(_uncaught).__name__}: {_uncaught}"
         error = f"process exited with an uncaught {described}"
         # An interrupt is the launcher's signal coming through, not a component's failure.
@@ -77,7 +93,7 @@ def _at_exit() -> None:
         error = "process exited without finishing the run"
     for run in list(_open.values()):
         run._finish_quietly(
-            RunStatus.CRASHED,
+            status,
             error,
             timeout=None,
             fatal=fatal,
@@ -86,9 +102,15 @@ def _at_exit() -> None:
 
 
 def _on_signal(signum: int, frame: Any) -> None:
+    global _interrupted
     # Read the displaced handler before finishing: closing the last run restores the table.
     previous = _previous.get(signum, signal.SIG_DFL)
     name = signal.Signals(signum).name
+    if signum == signal.SIGINT:
+        _interrupted = True
+        if callable(previous):  # KeyboardInterrupt, or the application's own handler, decides
+            previous(signum, frame)
+            return
     status = RunStatus.CANCELLED if signum == signal.SIGINT else RunStatus.CRASHED
     for run in list(_open.values()):
         run._finish_quietly(status, f"terminated by {name}", timeout=SIGNAL_DRAIN_SECONDS)

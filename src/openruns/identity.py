@@ -22,6 +22,7 @@ from pathlib import Path
 from .errors import ConfigurationError
 
 __all__ = [
+    "COMPAT_RUN_ID_ENV",
     "COMPONENT_ENV",
     "MAX_RUN_ID_CHARS",
     "RUN_DIR_ENV",
@@ -51,7 +52,8 @@ RUN_HOST_ENV = "OPENRUNS_RUN_HOST"
 # `openruns launch` names each component's process in this variable.
 COMPONENT_ENV = "OPENRUNS_COMPONENT"
 # Exported beside OPENRUNS_RUN_ID for code written against prime-rl's convention
-# (`init(id=os.environ["RUN_ID"])`); never read, because other tools set RUN_ID too.
+# (`init(id=os.environ["RUN_ID"])`, which is then an attach: ownership.py). A plain init() never
+# reads it, because other tools set RUN_ID too.
 COMPAT_RUN_ID_ENV = "RUN_ID"
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case

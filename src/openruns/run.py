@@ -2,13 +2,15 @@
 Run: one training job or evaluation, as seen from one process.
 
 Lifecycle: RUNNING until finish() (or fail(), the context manager, the exit hooks) starts;
-from then every log_* raises RunFinishedError. Who sets the final status (Ownership):
+from then every log_* raises RunFinishedError. Who sets the final status (ownership.py
+decides at init):
 
 - OWNER: the process that created the run, or resumed it with an explicit `id=`: every status;
-- COMPLETES: `init(kind="train", id=...)` on a run a launcher or scheduler created (prime-rl's
-  contract): a clean finish completes the run; a failure is logged and left to that owner;
+- COMPLETES: `init(kind="train", id=...)` with an id not from the environment (prime-rl's
+  contract): a clean finish completes the run; a failure is logged and left to its creator;
 - ATTACHED: a process that found the run in its environment (a child, a component, a non-zero
-  rank): it only flushes its own records. Its fatal error (fail(), an exception through `with`,
+  rank, an `id=` that is the value of OPENRUNS_RUN_ID or RUN_ID): it only flushes its own
+  records. Its fatal error (fail(), an exception through `with`,
   an uncaught exception) is reported to the run for the owner to name the failure with.
 
 Console output (console.py, the `capture_console` setting): the owner tees its sys.stdout and
@@ -20,9 +22,9 @@ ends an attached process) is sent whatever the setting: it is the failure's own 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -31,8 +33,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from . import exits
 from .backends.base import Backend
-from .errors import OpenrunsError, RunFinishedError
+from .backends.offline import add_writers_losses
+from .errors import ConflictError, OpenrunsError, RunFinishedError
 from .identity import COMPONENT_ENV, component_name, unexport_run
+from .ownership import Ownership
 from .records import WithDefaults, clean_finite
 from .settings import Settings
 from .spec import MAX_STEP, ConfigSource, RunStatus
@@ -48,14 +52,6 @@ logger = logging.getLogger("openruns")
 # How long the console capture's drain thread waits for room in the upload queue per batch of
 # lines before the rest is dropped (counted).
 _CONSOLE_WAIT = 2.0
-
-
-class Ownership(enum.Enum):
-    """Which final statuses this process sets (see the module docstring)."""
-
-    OWNER = "owner"
-    COMPLETES = "completes"
-    ATTACHED = "attached"
 
 
 class Run:
@@ -100,6 +96,7 @@ class Run:
         # components may name it first).
         self._default_name = default_name
         self._status = RunStatus.RUNNING
+        self._opened_at = time.time()  # writers of the run directory closed since count here
         self._error: str | None = None
         self._fatal: str | None = None  # this process's fatal error, for the run's owner
         self.summary: dict[str, Any] = {}
@@ -501,7 +498,10 @@ class Run:
                 from .console import dropped_note
 
                 self._pipeline.put_logs([dropped_note(dropped)], budgeted=False)
-            drained = self._pipeline.close(timeout)
+            # The final status keeps a share of the budget for itself: a drain that takes it
+            # all leaves the run open on the server with its losses unsaid (issue 25).
+            reserve = min(self._settings.retry_timeout, timeout / 4) if finalizes else 0.0
+            drained = self._pipeline.close(timeout - reserve)
             sink = self._pipeline.sink
             self._contain(
                 "recording this process's losses",
@@ -512,13 +512,7 @@ class Run:
         if finalizes:
             if self._default_name is not None:
                 self._fill({"name": self._default_name})
-            losses = self._losses()
-            self._contain(
-                "finalizing the run",
-                lambda: self._backend.finalize(
-                    self._status, self._error, self.summary, losses, deadline
-                ),
-            )
+            self._contain("finalizing the run", lambda: self._finalize(deadline))
         else:
             if self._fatal is not None:
                 self._fill({"error": f"{self._fatal} ({component_name()})"})
@@ -535,6 +529,25 @@ class Run:
         exits.closed(self)
         self._report_losses(drained)
 
+    def _finalize(self, deadline: float) -> None:
+        wished = self._status
+        standing = self._backend.finalize(
+            self._status, self._error, self.summary, self._losses(), deadline
+        )
+        if standing is not None and standing[0] is not wished:
+            # Another process closed the run first (issue 25): this one reports what stands.
+            self._status, self._error = standing
+            self._pipeline_or_log(
+                "closing the run",
+                ConflictError(
+                    f"run {self._id} was already {standing[0].value} (closed by another "
+                    f"process), so it stays {standing[0].value}; this process's "
+                    f"{wished.value} was not applied",
+                    409,
+                    "run_finished",
+                ),
+            )
+
     def _losses(self) -> dict[str, Any]:
         losses: dict[str, Any] = {
             "dropped_records": self.dropped_records,
@@ -547,6 +560,11 @@ class Run:
                 losses["converted_values"] = dict(self._pipeline.stats.converted)
             if self.dropped_console_chars:
                 losses["dropped_console_chars"] = self.dropped_console_chars
+            if self._run_dir is not None:
+                writer = getattr(self._pipeline.sink, "writer_id", None)
+                losses = add_writers_losses(losses, self._run_dir, self._opened_at, writer)
+                if losses.get("spooled_records"):  # where `openruns sync` finds them (issue 25)
+                    losses["spool"] = {"host": socket.gethostname(), "dir": str(self._run_dir)}
         return losses
 
     def _report_losses(self, drained: bool) -> None:
@@ -594,10 +612,14 @@ class Run:
         try:
             action()
         except Exception as exc:
-            if self._pipeline is not None:
-                self._pipeline.stats.record_error(what, exc)
-            else:
-                logger.warning("openruns: %s failed: %s: %s", what, type(exc).__name__, exc)
+            self._pipeline_or_log(what, exc)
+
+    def _pipeline_or_log(self, what: str, exc: Exception) -> None:
+        """Name a failure in `errors` (a disabled run has none: a warning)."""
+        if self._pipeline is not None:
+            self._pipeline.stats.record_error(what, exc)
+        else:
+            logger.warning("openruns: %s failed: %s: %s", what, type(exc).__name__, exc)
 
     def _raise_deferred(self) -> None:
         if self._settings.on_error != "raise" or self._pipeline is None or self._raised_deferred:

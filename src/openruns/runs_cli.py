@@ -224,6 +224,9 @@ def _show(args: argparse.Namespace) -> int:
     for key in ("id", "name", "kind", "status", "error", "model", "framework", "description"):
         if doc.get(key) is not None:
             print(f"{key}: {doc[key]}")
+    if doc.get("status_history"):  # crashed by the sweeper, then completed by its owner, ...
+        changes = ", then ".join(f"{c['status']} by {c['by']}" for c in doc["status_history"])
+        print(f"status set: {changes}")
     summary = {k: v for k, v in (doc.get("summary") or {}).items() if k != "prime_runs"}
     summary = {k: v for k, v in summary.items() if not k.startswith("prime_runs/")}
     for key, value in (("tags", doc.get("tags")), ("environments", doc.get("environments"))):

@@ -178,8 +178,14 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigurationError(f"config file {path}: {exc}") from exc
 
 
+# API roots a base URL may end in, stripped to the server's own URL: prime-runs' rule (its
+# `/api/v1`, and the `/api/internal` root hosted runs get, each with or without prime-rl's
+# `/rft`: `$PRIME_API_BASE` minus `/rft` is `.../api/internal`; issue 20).
+_API_ROOTS = ("/api/v1/rft", "/api/v1", "/api/internal/rft", "/api/internal")
+
+
 def _server_url(value: str) -> str:
-    """The server's origin (and path prefix, if any), without a trailing `/` or `/api/v1`."""
+    """The server's origin (and path prefix, if any), without a trailing `/` or an API root."""
     url = urlsplit(value.strip())
     if url.scheme not in ("http", "https") or not url.hostname:
         hint = "" if "://" in value else f" (did you mean http://{value.strip()}?)"
@@ -191,7 +197,11 @@ def _server_url(value: str) -> str:
         url.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError as exc:
         raise _Invalid("base_url", f"base_url has an invalid port: {value!r}") from exc
-    return value.strip().rstrip("/").removesuffix("/api/v1")
+    url_text = value.strip().rstrip("/")
+    for root in _API_ROOTS:
+        if url_text.endswith(root):
+            return url_text.removesuffix(root)
+    return url_text
 
 
 def _validated(values: dict[str, Any], origins: Mapping[str, str]) -> dict[str, Any]:

@@ -260,6 +260,8 @@ class _Sync:
         losses = dict(meta.get("losses") or {"dropped_records": 0, "failed_records": {}})
         spooled = sum(batch.records for _, batch in self.unacknowledged(count_skipped=False))
         losses["spooled_records"] = spooled
+        if not spooled:
+            losses.pop("spool", None)  # delivered: nothing waits there any more
         if self.result.rejected:
             failed = dict(losses.get("failed_records") or {})
             failed["server"] = failed.get("server", 0) + self.result.rejected

@@ -15,6 +15,8 @@ import httpx
 import pytest
 
 from openruns.server import serve_in_thread
+from openruns.sync import sync_run
+from openruns.upload.wire import WireClient
 
 from .. import patience
 
@@ -121,3 +123,17 @@ def all_episodes(url: str, run_id: str, stream: str = "episodes") -> list[dict]:
 def metric_points(url: str, run_id: str, key: str) -> list[tuple[int, float]]:
     series = get(url, f"/runs/{run_id}/metrics", keys=key, max_points=0)["series"][key]
     return list(zip(series["step"], series["value"], strict=True))
+
+
+def episode(i: int) -> dict:
+    return {"id": f"ep-{i}", "env": "math", "traces": [{"reward": 1.0, "text": "x" * 2000}]}
+
+
+def synced(url: str, run_dir) -> None:
+    """`openruns sync` of one run directory, which must deliver everything it has."""
+    wire = WireClient(url, None)
+    try:
+        result = sync_run(wire, run_dir)
+    finally:
+        wire.close()
+    assert (result.errors, result.rejected) == ([], 0), result.errors

@@ -79,6 +79,13 @@ class FaultProxy:
         self._ready.set()
         async with server:
             await self._stopping.wait()
+        # Connections still open (a stalled response, a client's idle keep-alive) are ended
+        # here, while the loop runs, so none is left to a closed loop.
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        await asyncio.sleep(0)  # the transports' close callbacks
         await self._client.aclose()
 
     def _draw(self, method: str = "", target: str = "") -> str | None:

@@ -13,25 +13,10 @@ import pytest
 import openruns
 from openruns.rundir import read_json, segment_paths, write_json_atomic
 from openruns.server.config import ServerSettings
-from openruns.sync import sync_run
-from openruns.upload.wire import WireClient
 
 from .. import patience
-from .conftest import all_episodes, get
+from .conftest import all_episodes, episode, get, synced
 from .faultproxy import FaultProxy
-
-
-def _episode(i: int) -> dict:
-    return {"id": f"ep-{i}", "env": "math", "traces": [{"reward": 1.0, "text": "x" * 2000}]}
-
-
-def _sync(url: str, run_dir) -> None:
-    wire = WireClient(url, None)
-    try:
-        result = sync_run(wire, run_dir)
-    finally:
-        wire.close()
-    assert result.errors == [], result.errors
 
 
 class HangUp:
@@ -61,27 +46,27 @@ class HangUp:
 
 def test_a_synced_offline_run_keeps_its_own_times(server, tmp_path):
     run = openruns.init(kind="eval", mode="offline", dir=tmp_path / "runs")
-    run.log_episodes([_episode(i) for i in range(3)])
+    run.log_episodes([episode(i) for i in range(3)])
     run.finish()
     doc = read_json(run.dir / "run.json")
     hour_ago = time.time() - 3600
     doc.update(created_at=hour_ago, finished_at=hour_ago + 5)  # a run from an hour ago
     write_json_atomic(run.dir / "run.json", doc)
-    _sync(server.url, run.dir)
-    synced = get(server.url, f"/runs/{run.id}")
-    assert synced["status"] == "completed"
-    assert synced["created_at"] == hour_ago
-    assert synced["finished_at"] == synced["last_heartbeat_at"] == hour_ago + 5
+    synced(server.url, run.dir)
+    doc_after = get(server.url, f"/runs/{run.id}")
+    assert doc_after["status"] == "completed"
+    assert doc_after["created_at"] == hour_ago
+    assert doc_after["finished_at"] == doc_after["last_heartbeat_at"] == hour_ago + 5
 
 
-def test_finish_with_the_server_down_from_the_start_tries_once_and_names_sync(
+def test_finish_with_the_server_down_from_the_start_tries_once_and_namessynced(
     tmp_path, monkeypatch, caplog
 ):
     monkeypatch.setenv("OPENRUNS_CONNECT_TIMEOUT", "2")  # how long init() looks for it
     nobody = HangUp()
     try:
         run = openruns.init(kind="train", base_url=nobody.url, dir=tmp_path / "local")
-        run.log_episodes([_episode(i) for i in range(5)])
+        run.log_episodes([episode(i) for i in range(5)])
         run.log_metrics({"loss": 1.0}, step=0)
         run.flush()
         before = nobody.connections
@@ -97,14 +82,14 @@ def test_finish_with_the_server_down_from_the_start_tries_once_and_names_sync(
     assert doc["status"] == "completed" and doc["losses"]["spooled_records"] == 6
 
 
-def test_records_the_server_could_not_take_are_shown_until_sync(server, tmp_path):
+def test_records_the_server_could_not_take_are_shown_untilsynced(server, tmp_path):
     def busy_for_episodes(method: str, path: str) -> str | None:
         return "503_before" if path.endswith("/episodes") else None
 
     proxy = FaultProxy(server.url, rate=0.0, rule=busy_for_episodes).start()
     try:
         run = openruns.init(kind="train", base_url=proxy.url, dir=tmp_path / "local")
-        run.log_episodes([_episode(i) for i in range(10)])
+        run.log_episodes([episode(i) for i in range(10)])
         run.log_metrics({"loss": 1.0}, step=0)
         run.finish(timeout=6)
     finally:
@@ -113,14 +98,14 @@ def test_records_the_server_could_not_take_are_shown_until_sync(server, tmp_path
     doc = get(server.url, f"/runs/{run.id}")
     assert doc["status"] == "completed" and doc["losses"]["spooled_records"] == 10
     assert all_episodes(server.url, run.id) == []
-    _sync(server.url, run.dir)
+    synced(server.url, run.dir)
     assert len(all_episodes(server.url, run.id)) == 10
     assert get(server.url, f"/runs/{run.id}")["losses"]["spooled_records"] == 0
     assert segment_paths(run.dir / "episodes") == []  # delivered: the spool is empty
 
 
 @pytest.mark.slow
-def test_finish_is_retried_within_its_budget_and_else_left_to_sync(server, tmp_path):
+def test_finish_is_retried_within_its_budget_and_else_left_tosynced(server, tmp_path):
     refused = {"finish": 0}
 
     def busy_for_finish(method: str, path: str) -> str | None:
@@ -142,7 +127,7 @@ def test_finish_is_retried_within_its_budget_and_else_left_to_sync(server, tmp_p
     finally:
         proxy.stop()
     assert get(server.url, f"/runs/{never.id}")["status"] == "running"
-    _sync(server.url, never.dir)  # the final status waited in the run directory
+    synced(server.url, never.dir)  # the final status waited in the run directory
     doc = get(server.url, f"/runs/{never.id}")
     assert (doc["status"], doc["error"]) == ("failed", "RuntimeError: diverged")
 
@@ -152,7 +137,7 @@ def test_acknowledged_batches_leave_the_spool(server_process, tmp_path):
     run = openruns.init(kind="train", base_url=proc.url, dir=tmp_path / "local")
     proc.kill()
     for i in range(30):  # the server is gone: all of it goes to the spool
-        run.log_episodes([_episode(i)])
+        run.log_episodes([episode(i)])
         run.log_metrics({"x": float(i)}, step=i)
     assert run.flush(timeout=30)
     assert segment_paths(run.dir / "episodes")

@@ -108,7 +108,11 @@ def test_an_eval_closes_once_and_a_repeated_finalize_is_a_success(server):
         assert run["summary"] == {"x": 1, "y": 2} and '"b": 2' in run["config"]["text"]
         closed = http.put(f"/evaluations/{run_id}", json={"status": "FAILED"})
         assert _error(closed, 409).startswith("run_closed")
-        _error(http.put(f"/evaluations/{run_id}", json={"metrics": {"z": 3}}), 409)
+        # Only status changes are guarded: metadata and metrics of a closed eval are taken
+        # (prime-runs closing an eval closed elsewhere still sends them; issue 20).
+        _ok(http.put(f"/evaluations/{run_id}", json={"metrics": {"z": 3}}))
+        run = _ok(http.get(f"/runs/{run_id}"))
+        assert (run["status"], run["summary"]) == ("completed", {"x": 1, "y": 2, "z": 3})
 
         crashed = _eval(http)
         body = {"status": "FAILED", "error_message": "crashed: process exited"}
@@ -146,11 +150,17 @@ def test_metrics_rows_merge_per_step_and_a_replay_changes_nothing(server):
         _ok(http.post("/rft/metrics", json=first))
         _ok(http.post("/rft/metrics", json=later))
         _ok(http.post("/rft/metrics", json=first))  # a late replay of the first row
-        no_step = {"run_id": run_id, "metrics": {"lag": 0.5, "note": "text"}}
+        no_step = {"run_id": run_id, "metrics": {"lag": 0.5, "note": "text", "_timestamp": 7.0}}
         assert _ok(http.post("/rft/metrics", json=no_step))["data"]["ignored"] == ["note"]
-        series = _ok(http.get(f"/runs/{run_id}/metrics", params={"max_points": 0}))["series"]
+        later_lag = {"run_id": run_id, "metrics": {"lag": 0.25, "_timestamp": 8.0}}
+        _ok(http.post("/rft/metrics", json=later_lag))
+        read = _ok(http.get(f"/runs/{run_id}/metrics", params={"max_points": 0}))
+        series = read["series"]
         assert series["loss"]["step"] == [2] and series["loss"]["value"] == [2.0]
-        assert series["lag"]["step"] == [2]  # a row without a step: the latest step
+        # Rows without a step are keyed by their time, each kept (issue 20), never a step's.
+        assert "lag" not in series
+        lag = read["time"]["lag"]
+        assert (lag["ts"], lag["value"]) == ([7.0, 8.0], [0.5, 0.25])
         bad = {"run_id": run_id, "metrics": {"step": -1}}
         assert _error(http.post("/rft/metrics", json=bad), 400).startswith("invalid_step")
         _error(http.post("/rft/metrics", json={"run_id": "nope", "metrics": {}}), 404)
@@ -252,19 +262,6 @@ def test_bare_traces_and_a_batch_spanning_two_runs(server):
         for run_id, trace_id in ((a, "t-a"), (b, "t-b")):
             page = _ok(http.get(f"/runs/{run_id}/episodes", params={"stream": "traces"}))
             assert [row["id"] for row in page["items"]] == [trace_id]
-
-
-def test_the_platforms_run_links_open_the_runs_page_here(server):
-    """prime-runs prints <PRIME_FRONTEND_URL>/dashboard/training/<id> (issue 24)."""
-    with _api(server.url) as http:
-        run_id = _train(http)
-    with httpx.Client(base_url=server.url, timeout=30) as browser:
-        for kind in ("training", "evaluations"):
-            link = browser.get(f"/dashboard/{kind}/{run_id}")
-            assert (link.status_code, link.headers["location"]) == (308, f"/runs/{run_id}")
-        assert (
-            browser.get(f"/dashboard/training/{run_id}", follow_redirects=True).status_code == 200
-        )
 
 
 # -- teams and keys ------------------------------------------------------------------------------

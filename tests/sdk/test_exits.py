@@ -105,18 +105,22 @@ def _wait_for_line(proc, text: str, timeout: float = patience.START) -> None:
 
 
 @pytest.mark.parametrize(
-    ("signum", "status"),
-    [(signal.SIGTERM, "crashed"), (signal.SIGINT, "cancelled")],
+    ("signum", "seen", "status"),
+    [
+        # SIGTERM closes the run first, then chains to the handler that was there before.
+        (signal.SIGTERM, "crashed", ("crashed", "terminated by SIGTERM")),
+        # SIGINT runs the application's handler with the run open; it is cancelled at exit.
+        (signal.SIGINT, "running", ("cancelled", "terminated by SIGINT")),
+    ],
 )
-def test_signal_closes_the_run_then_chains_to_the_previous_handler(tmp_path, signum, status):
+def test_a_signal_chains_to_the_applications_handler(tmp_path, signum, seen, status):
     code = (
-        """
+        f"""
 import signal, sys, time
 def previous(signum, frame):
-    print("previous handler ran", flush=True)
+    print("previous handler ran", run.status.value, flush=True)
     sys.exit(7)
-signal.signal(signal.SIGTERM, previous)
-signal.signal(signal.SIGINT, previous)
+signal.signal({int(signum)}, previous)
 """
         + OPEN
         + """
@@ -128,10 +132,63 @@ time.sleep(30)
     _wait_for_line(proc, "ready")
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=patience.EXIT)
-    assert "previous handler ran" in out, err
+    assert f"previous handler ran {seen}" in out, err
     assert proc.returncode == 7
-    name = signal.Signals(signum).name
-    assert _status(tmp_path) == (status, f"terminated by {name}")
+    assert _status(tmp_path) == status
+
+
+def test_a_trainer_that_catches_ctrl_c_to_checkpoint_keeps_logging(tmp_path):
+    # Issue 20: the interrupt reaches the trainer's code with the run open; it checkpoints,
+    # logs on, and its own finish decides the status.
+    code = (
+        OPEN
+        + """
+import time
+
+import pytest
+step = 1
+try:
+    print("ready", flush=True)
+    while True:
+        run.log_metrics({"x": step}, step=step)
+        step += 1
+        time.sleep(0.01)
+except KeyboardInterrupt:
+    print("checkpointing at", step, run.status.value, flush=True)
+run.log_metrics({"checkpointed": 1}, step=step)
+run.log_episodes([{"id": "after-ctrl-c", "traces": []}], step=step)
+run.finish()
+print(run.status.value, step)
+"""
+    )
+    proc = spawn(code, tmp_path)
+    _wait_for_line(proc, "ready")
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "checkpointing at" in out and "running" in out.split("checkpointing at")[1], out
+    last = int(out.split()[-1])
+    assert out.split()[-2] == "completed"
+    run_dir = only_run_dir(tmp_path / DEFAULT_DIR)
+    assert _status(tmp_path) == ("completed", None)
+    from .helpers import records
+
+    rows = records(run_dir, "metrics")
+    xs = [r["step"] for r in rows if "x" in r["values"]]
+    assert xs == list(range(len(xs))) and len(xs) >= last - 1  # step 0 of OPEN, every one after
+    assert rows[-1] == {**rows[-1], "step": last, "values": {"checkpointed": 1}}
+    assert [r["id"] for r in records(run_dir, "episodes")] == ["after-ctrl-c"]
+
+
+def test_an_uncaught_ctrl_c_cancels_the_run_at_exit(tmp_path):
+    code = OPEN + "print('ready', flush=True)\nimport time\ntime.sleep(30)\n"
+    proc = spawn(code, tmp_path)
+    _wait_for_line(proc, "ready")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    assert _status(tmp_path) == ("cancelled", "interrupted (KeyboardInterrupt)")
 
 
 def test_sigterm_with_default_handler_kills_the_process_after_closing_the_run(tmp_path):
@@ -148,6 +205,8 @@ def test_sigint_with_python_default_raises_keyboard_interrupt(tmp_path):
         OPEN
         + """
 import time
+
+import pytest
 try:
     print("ready", flush=True)
     time.sleep(30)

@@ -78,10 +78,16 @@ else:
 
 def test_a_training_attach_leaves_a_failure_to_the_owner_and_completes_on_success(tmp_path):
     # A scheduler's run, in a directory the trainer reaches through `dir`; the trainer gets
-    # the id the prime-rl way (init(kind="train", id=...)), not through OPENRUNS_RUN_ID.
+    # the id the prime-rl way (init(kind="train", id=...)), from none of the run variables
+    # (with OPENRUNS_RUN_ID or RUN_ID it would be an attach: ownership.decide).
     owner = openruns.init(kind="train", mode="offline", dir=tmp_path)
     run_id, run_dir = owner.id, owner.dir
-    env = {"PRECREATED": run_id, "OPENRUNS_DIR": str(tmp_path), "OPENRUNS_RUN_ID": ""}
+    env = {
+        "PRECREATED": run_id,
+        "OPENRUNS_DIR": str(tmp_path),
+        "OPENRUNS_RUN_ID": "",
+        "RUN_ID": "",
+    }
     failed = python(TRAIN_ATTACH, tmp_path, env=env, argv=["fail"])
     assert failed.stdout.split() == ["True"], failed.stderr
     assert "left to the launcher or scheduler" in failed.stderr

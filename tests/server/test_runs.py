@@ -149,8 +149,24 @@ def test_silent_runs_become_crashed(make_server):
         assert http.get(f"/runs/{beating}").json()["status"] == "running"
         assert http.get(f"/runs/{finished}").json()["status"] == "completed"
         assert http.get(f"/runs/{hosted}").json()["status"] == "running"
-        # A heartbeat cannot revive a crashed run; its owner learns the status.
-        assert http.post(f"/runs/{silent}/heartbeat").json() == {"status": "crashed"}
+        assert crashed["status_by"] == "sweeper"
+        assert [(c["status"], c["by"]) for c in crashed["status_history"]] == [
+            ("crashed", "sweeper")
+        ]
+        # The crash was the sweeper's guess: its owner's heartbeat is its word, and wins (issue
+        # 20); a run its owner closed stays closed.
+        assert http.post(f"/runs/{silent}/heartbeat").json() == {"status": "running"}
+        revived = http.get(f"/runs/{silent}").json()
+        assert (revived["status"], revived["error"], revived["status_by"]) == (
+            "running",
+            None,
+            "owner",
+        )
+        assert [(c["status"], c["by"]) for c in revived["status_history"]] == [
+            ("crashed", "sweeper"),
+            ("running", "owner"),
+        ]
+        assert http.post(f"/runs/{finished}/heartbeat").json() == {"status": "completed"}
 
 
 def test_crash_is_detected_on_read_without_the_sweeper(make_server, new_stores):

@@ -11,6 +11,7 @@ from urllib.parse import quote
 import orjson
 import pytest
 
+import openruns
 from openruns.batches import BATCH_CONTENT_TYPE, header_frame, parse_header
 from openruns.upload.wire import WireClient
 
@@ -144,3 +145,52 @@ def test_an_episode_id_with_a_slash_opens_in_the_api_and_the_dashboard(client):
             f"{client.base_url.scheme}://{client.base_url.netloc.decode()}/runs/{rid}/episodes/{path}"
         )
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+
+
+def test_an_episode_logged_again_with_another_subset_is_found_under_both(
+    shared_server, client, tmp_path
+):
+    # prime-rl logs an episode as `all` on arrival, and again as `effective` when it is shipped
+    # to the trainer (seed 001): the record is kept once, the later marking as well (issue 20).
+    run = openruns.init(
+        kind="train", base_url=shared_server.url, dir=tmp_path, system_metrics_interval=0
+    )
+    arrived = [{"id": f"ep-{i}", "traces": [{"reward": float(i)}]} for i in range(4)]
+    run.log_episodes(arrived, step=3, kind="train", subset="all")
+    assert run.flush(timeout=60)
+    run.log_episodes(arrived[1:3], step=3, kind="train", subset="effective")  # shipped later
+    run.finish()
+    assert (run.errors, run.failed_records) == ([], {})
+
+    def ids(**params: str) -> list[str]:
+        items = client.get(f"/runs/{run.id}/episodes", params={"limit": 50, **params})
+        return sorted(item["id"] for item in items.json()["items"])
+
+    assert ids() == ["ep-0", "ep-1", "ep-2", "ep-3"]  # each stored once
+    assert ids(subset="all") == ["ep-0", "ep-1", "ep-2", "ep-3"]
+    assert ids(subset="effective") == ["ep-1", "ep-2"]
+    assert ids(subset="effective", step="3") == ["ep-1", "ep-2"]
+    steps = client.get(f"/runs/{run.id}/steps", params={"subset": "effective"}).json()
+    assert [(s["step"], s["count"]) for s in steps] == [(3, 2)]
+    exported = client.get(
+        f"/runs/{run.id}/export/episodes.ndjson", params={"subset": "effective"}
+    ).content.splitlines()
+    assert sorted(orjson.loads(line)["id"] for line in exported) == ["ep-1", "ep-2"]
+
+
+def test_an_sdk_batch_with_a_record_over_the_limit_is_refused_naming_it(make_server, tmp_path):
+    server = make_server(max_record_bytes=64 * 1024)
+    run = openruns.init(kind="train", base_url=server.url, dir=tmp_path, system_metrics_interval=0)
+    run.log_episodes([{"id": "huge", "traces": [{"text": "x" * 100_000}]}], step=0)
+    assert run.flush(timeout=60)
+    run.log_episodes([{"id": "small", "traces": []}], step=0)  # the sink goes on
+    run.finish()
+    assert run.failed_records == {"server": 1}
+    assert any("record 'huge'" in e and "65536" in e for e in run.errors), run.errors
+    with api(server.url) as http:
+        items = http.get(f"/runs/{run.id}/episodes").json()["items"]
+        assert [item["id"] for item in items] == ["small"]
+        # The same limit as the NDJSON path's.
+        record = ndjson([{"id": "huge", "traces": [{"text": "x" * 100_000}]}])
+        status, code, _ = error_of(upload(http, run.id, "episodes", record))
+        assert (status, code) == (413, "line_too_large")

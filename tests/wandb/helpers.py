@@ -18,9 +18,11 @@ from pathlib import Path
 
 import httpx
 
+from .. import patience
+
 ROOT = Path(__file__).resolve().parents[2]
 ANY_KEY = "0" * 40  # any key on loopback without auth: the SDK wants 40 characters
-SCRIPT_TIMEOUT = 90.0
+SCRIPT_TIMEOUT = patience.EXIT
 
 
 def wandb_env(tmp_path: Path, base_url: str | None, api_key: str = ANY_KEY, **extra: str) -> dict:
@@ -117,7 +119,7 @@ def api(server, path: str):
     return answer.json()
 
 
-def poll(read, until, timeout: float = 60.0, what: str = "the condition"):
+def poll(read, until, timeout: float = patience.SETTLE, what: str = "the condition"):
     """read() until until(value), for a state the server reaches by itself (a sweep)."""
     deadline = time.monotonic() + timeout
     value = read()
@@ -137,7 +139,7 @@ def run_file(script: Path, tmp_path: Path, base_url: str, **extra: str) -> dict:
         env=wandb_env(tmp_path, base_url, HF_HUB_OFFLINE="1", OUT=str(tmp_path / "out"), **extra),
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=patience.EXIT,
         cwd=tmp_path,
     )
     assert done.returncode == 0, (

@@ -33,9 +33,10 @@ class Backend(Protocol):
         summary: dict[str, Any],
         losses: dict[str, Any],
         deadline: float | None = None,
-    ) -> None:
+    ) -> tuple[RunStatus, str | None] | None:
         """Close the run with a terminal status (owner only), retrying until `deadline`
-        (time.monotonic()) where that means anything."""
+        (time.monotonic()) where that means anything. When another process closed it first
+        with another status: that standing status and its error (the caller reports them)."""
         ...
 
     def define_metrics(self, axes: dict[str, str | None]) -> None:

@@ -19,7 +19,7 @@ from ..sinks.local import LocalSink
 from ..spec import FILLABLE, RunStatus
 from ..upload.stats import Stats
 
-__all__ = ["FORMAT_VERSION", "OfflineBackend"]
+__all__ = ["FORMAT_VERSION", "OfflineBackend", "add_writers_losses"]
 
 FORMAT_VERSION = 2  # 2: segments of batches (header frame + data frames), issue 13
 
@@ -149,6 +149,32 @@ class OfflineBackend:
         doc = read_json(path) or {"format": FORMAT_VERSION}
         doc.update(changes)
         write_json_atomic(path, doc)
+
+
+def add_writers_losses(
+    losses: dict[str, Any], run_dir: Path, since: float, own_writer: str | None
+) -> dict[str, Any]:
+    """
+    `losses` (the owner's) plus what the run directory's other writers that closed since
+    `since` recorded: the dropped, failed (by destination) and spooled records of the processes
+    attached to the run (a child of `openruns run` flushing on SIGTERM, issue 20), so the run
+    counts what they could not deliver. Writers on other nodes, with other directories, report
+    nothing here; their spools are counted when `openruns sync` uploads them.
+    """
+    total = {**losses, "failed_records": dict(losses.get("failed_records") or {})}
+    for path in sorted((run_dir / "writers").glob("*.json")):
+        doc = read_json(path)
+        if path.stem == own_writer or not isinstance(doc, dict):
+            continue
+        if not isinstance(doc.get("closed_at"), (int, float)) or doc["closed_at"] < since:
+            continue  # an earlier session's: counted when that session closed the run
+        for name in ("dropped_records", "spooled_records"):
+            if isinstance(doc.get(name), int) and doc[name]:
+                total[name] = total.get(name, 0) + doc[name]
+        for where, count in (doc.get("failed_records") or {}).items():
+            if isinstance(count, int) and count:
+                total["failed_records"][where] = total["failed_records"].get(where, 0) + count
+    return total
 
 
 def fill_missing(doc: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """
 The openruns monitor: a producer's metrics and its chosen episode cohorts into an openruns run.
 
-Under `openruns run` or `openruns launch` the launcher owns the run and exported its id, so
-`openruns.init()` here attaches, and finalize() only flushes this process's records: a
-component can never finish the run while another still logs to it. Started on its own, the
+Under `openruns run` or `openruns launch` the launcher owns the run and exported its id; on a
+hosted platform the pod is given only `RUN_ID` (seed 000). Either way the monitor attaches, as
+prime-rl's does (`init(id=$RUN_ID)`: an id from the environment is an attach, ownership.py), and
+finalize() only flushes this process's records: a component can never finish the run while
+another still logs to it; whoever created the run sets its status. Started on its own, the
 monitor creates the run and finalize() completes it (a crash leaves that to the SDK's exit
 hooks: crashed).
 
@@ -15,9 +17,11 @@ stay time-keyed; annotations go to the run (their producer: this monitor's). The
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
+from ..identity import COMPAT_RUN_ID_ENV
 from ..run import Run
 from .base import Monitor, write_link
 from .config import OpenrunsMonitorConfig
@@ -40,6 +44,7 @@ class OpenrunsMonitor(Monitor):
         import openruns
 
         self.run = openruns.init(
+            id=os.environ.get(COMPAT_RUN_ID_ENV) or None,
             kind=self.config.kind,
             name=self.config.name,
             model=self.config.model,

@@ -104,7 +104,11 @@ async def _upload_batch(
         if prior is not None:
             return prior
     header, segment = await run_in_threadpool(
-        check_batch, body, run["kind"], settings.max_decompressed_bytes
+        check_batch,
+        body,
+        run["kind"],
+        settings.max_decompressed_bytes,
+        settings.max_record_bytes,
     )
     if key is None:
         key = str(header.get("key") or "")

@@ -168,6 +168,12 @@ class RunFinish(_Body):
     )
 
 
+class StatusChange(BaseModel):
+    status: Status
+    by: Literal["owner", "sweeper"]
+    at: float
+
+
 class RunOut(BaseModel):
     id: str
     kind: str
@@ -181,6 +187,14 @@ class RunOut(BaseModel):
     training: dict[str, Any] | None
     team_id: str
     status: Status
+    status_by: Literal["owner", "sweeper"] | None = Field(
+        description="who set the status: its owner (a finish), or the sweeper (crashed for "
+        "silence: a guess its owner's late data and final status replace); null while it "
+        "runs as created, and for runs closed before this was kept"
+    )
+    status_history: list[StatusChange] = Field(
+        description="every change of status after creation, oldest first"
+    )
     error: str | None
     summary: dict[str, Any]
     losses: dict[str, Any]

@@ -62,9 +62,11 @@ class Segment:
 
 
 def check_batch(
-    body: bytes, run_kind: str, max_decompressed: int
+    body: bytes, run_kind: str, max_decompressed: int, max_record: int
 ) -> tuple[dict[str, Any], Segment]:
-    """(header, segment) of a batch upload, its frames kept as sent; 400 says what is wrong."""
+    """(header, segment) of a batch upload, its frames kept as sent; 400 says what is wrong,
+    413 names a record longer than `max_record` bytes once decompressed (the limit of every
+    other upload path: its row's length says it, no decompression needed; issue 20)."""
     try:
         header, start = parse_header(body)
         frames = check_frames(memoryview(body)[start:], header.get("frames"))
@@ -87,6 +89,13 @@ def check_batch(
         content += size
         ends.append(content)
     index = [_batch_row(i, row, frames, starts, ends, run_kind) for i, row in enumerate(rows)]
+    for row in index:
+        if row["length"] > max_record:
+            raise too_large(
+                "record_too_large",
+                f"record {row['episode_id']!r} is {row['length']} bytes once decompressed, "
+                f"over the limit of {max_record} bytes for one record (--max-record-mib)",
+            )
     return header, Segment(body[start:], index)
 
 

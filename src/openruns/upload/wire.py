@@ -308,11 +308,12 @@ def retrying(
     *,
     deadline: float,
     stop: threading.Event | None = None,
+    max_backoff: float = MAX_BACKOFF,
 ) -> T:
     """
     Call until it succeeds, fails for good (anything `disposition` does not call RETRY), or the
     next wait would pass `deadline` (time.monotonic()); waits end early when `stop` is set. The
-    last error is raised.
+    last error is raised. `max_backoff` caps the waits a Retry-After does not set.
     """
     attempt = 0
     while True:
@@ -321,7 +322,7 @@ def retrying(
         except APIError as exc:
             if disposition(exc) is not Disposition.RETRY:
                 raise
-            delay = backoff_delay(attempt, exc)
+            delay = backoff_delay(attempt, exc, max_backoff)
             if time.monotonic() + delay > deadline:
                 raise
             if stop is not None:
@@ -332,11 +333,14 @@ def retrying(
             attempt += 1
 
 
-def backoff_delay(attempt: int, error: BaseException | None = None) -> float:
-    """Seconds before retry `attempt` (0-based): Retry-After, else 0.5·2^n ±20 %, at most 30."""
+def backoff_delay(
+    attempt: int, error: BaseException | None = None, cap: float = MAX_BACKOFF
+) -> float:
+    """Seconds before retry `attempt` (0-based): Retry-After, else 0.5·2^n ±20 %, at most `cap`
+    (30 s by default)."""
     if isinstance(error, RetryableAPIError) and error.retry_after is not None:
         return error.retry_after
-    return min(MAX_BACKOFF, 0.5 * 2.0 ** min(attempt, 16)) * random.uniform(0.8, 1.2)
+    return min(cap, 0.5 * 2.0 ** min(attempt, 16)) * random.uniform(0.8, 1.2)
 
 
 def _chunks(parts: Sequence[bytes]) -> Iterator[bytes]:

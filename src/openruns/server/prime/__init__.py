@@ -10,8 +10,9 @@ with `PRIME_API_BASE_URL`, `PRIME_TRACES_URL` and `PRIME_API_KEY` pointing here.
     traces.py         POST /traces: Prime Traces batches into the runs' episodes
     samples.py        the legacy sample tables: eval rows and training Parquet, kept as sent
     exports.py        reading those back (native API)
+    links.py          /dashboard/training/{id}, /dashboard/evaluations/{id}: prime-runs'
+                      `run.url`, redirected to the run's page
     deps.py           caller (Bearer or x-api-key), teams, runs, document conversions
-    links.py          the platform's run links (PRIME_FRONTEND_URL) to the run's page here
 
 A Prime eval is an openruns run of kind eval, an external training run one of kind train:
 ordinary runs in the native API, the read client and the dashboard. The platform routes are

@@ -3,7 +3,8 @@ Eval runs on the Prime wire (`EvalsBackend` of prime-runs): an evaluation is an 
 kind eval.
 
 - POST /evaluations/: create the run (environments by id, `metadata` as its config).
-- PUT /evaluations/{id} `{metadata, metrics}`: replace the config, merge the summary.
+- PUT /evaluations/{id} `{metadata, metrics}`: replace the config, merge the summary, also
+  once the run is closed (only status changes are guarded).
 - PUT /evaluations/{id} `{status, error_message}`: close it FAILED or CANCELLED (crashed when
   the message says so); 409 once the run is closed.
 - POST /evaluations/{id}/finalize `{metrics}`: close it completed with that summary; a repeat
@@ -117,8 +118,8 @@ async def update_evaluation(
     evaluation_id: str, body: EvaluationUpdate, state: State, caller: PrimeCaller
 ) -> JSON:
     """
-    `{metadata, metrics}` replaces the config and merges the summary; `{status,
-    error_message}` closes the run FAILED or CANCELLED. Either is 409 once the run is closed.
+    `{metadata, metrics}` replaces the config and merges the summary, whatever the run's status;
+    `{status, error_message}` closes the run FAILED or CANCELLED, 409 once it is closed.
     """
     run = await prime_run(state, caller, evaluation_id)
     if body.metadata is not None or body.metrics is not None:

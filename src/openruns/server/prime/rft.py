@@ -4,7 +4,7 @@ an external run is an openruns run of kind train.
 
 - POST /rft/external-runs: create the run, for a team allowed to (`--prime-training-teams`).
 - POST /rft/metrics `{run_id, metrics}`: metric points at `metrics.step`, `_timestamp` as
-  their time; a replay changes nothing.
+  their time (a row without a step is keyed by that time); a replay changes nothing.
 - POST /rft/samples/presign, PUT, /confirm: a Parquet object kept per step (samples.py,
   objects.py).
 - POST /rft/finalize `{run_id, exit_code}`: close it completed (failed for a non-zero code); a
@@ -150,9 +150,10 @@ async def post_metrics(
     body: MetricsRow, request: Request, state: State, caller: PrimeCaller
 ) -> JSON:
     """
-    One logged row: `metrics.step` is the step (absent: the run's latest step), `_timestamp`
-    the time, every other number (nested mappings as `a/b`) a metric value. Merged per (step,
-    key) like native uploads; the exact same request again changes nothing.
+    One logged row: `metrics.step` is the step (absent: a row keyed by its time, as native rows
+    without a step), `_timestamp` the time, every other number (nested mappings as `a/b`) a
+    metric value. Merged per (step, key), or (time, key), like native uploads; the exact same
+    request again changes nothing.
     """
     run = await prime_run(state, caller, body.run_id)
     require_running_or_grace(run, time.time(), state.settings.finish_grace)

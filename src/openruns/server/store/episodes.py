@@ -15,15 +15,30 @@ An id is one record per run and stream: a record whose id the stream already hol
 upload of the same episode, or a repeat inside one upload) is not indexed, so the first one
 stays what every read, search and export sees (docs/decisions.md). Its bytes stay in its
 segment, which counts it as `ignored`; exports read such a segment through its index rows.
+Its subset is kept, though: an episode logged as `all` on arrival and again as `effective`
+when trained on (prime-rl, seed 001) is a member of both cohorts (`episode_subsets`), and a
+read by subset finds it under each (issue 20).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from sqlalchemy import Connection, and_, bindparam, case, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
-from .schema import annotations_table, episodes, segments
+from .schema import annotations_table, episode_subsets, episodes, segments
+from .sql import insert_ignore
 
 __all__ = [
     "INDEX_COLUMNS",
@@ -57,6 +72,7 @@ StepMeaning = Literal["dispatched", "trained"]
 
 _e = episodes
 _a = annotations_table
+_m = episode_subsets
 
 
 _PUBLIC = (
@@ -80,7 +96,17 @@ def _filtered(query: Any, filters: dict[str, Any]) -> Any:
     episode_id; None: any)."""
     for name in ("kind", "subset", "env", "ok", "segment_id", "episode_id"):
         value = filters.get(name)
-        if value is not None:
+        if value is None:
+            continue
+        if name == "subset":  # the cohort it was logged as, or marked into later
+            later = exists().where(
+                _m.c.run_seq == _e.c.run_seq,
+                _m.c.stream == _e.c.stream,
+                _m.c.episode_id == _e.c.episode_id,
+                _m.c.subset == value,
+            )
+            query = query.where(or_(_e.c.subset == value, later))
+        else:
             query = query.where(_e.c[name] == value)
     return query
 
@@ -95,8 +121,9 @@ def add_segment(
     now: float,
 ) -> int:
     """Index a segment's records, but for the ids the run's stream has already (the caller
-    holds the run's lock); how many were indexed."""
-    fresh = _new_ids(conn, run_seq, stream, rows)
+    holds the run's lock; a repeat's new subset is kept as a membership); how many were
+    indexed."""
+    fresh, memberships = _new_ids(conn, run_seq, stream, rows)
     inserted = conn.execute(
         insert(segments).values(
             run_seq=run_seq,
@@ -116,34 +143,52 @@ def add_segment(
             [{**r, "run_seq": run_seq, "stream": stream, "segment_id": segment_id} for r in fresh],
         )
         _trained_already(conn, run_seq, [r["episode_id"] for r in fresh])
+    if memberships:
+        rows_of = [
+            {"run_seq": run_seq, "stream": stream, "episode_id": e, "subset": s}
+            for e, s in memberships
+        ]
+        conn.execute(insert_ignore(conn, _m), rows_of)
     return len(fresh)
 
 
 def held_ids(conn: Connection, run_seq: int, stream: str, ids: list[str]) -> set[str]:
     """Those of `ids` the run's stream holds already."""
+    return set(_held_subsets(conn, run_seq, stream, ids))
+
+
+def _held_subsets(
+    conn: Connection, run_seq: int, stream: str, ids: list[str]
+) -> dict[str, str | None]:
+    """{id: the subset it is indexed with} for those of `ids` the run's stream holds."""
     ids = list(dict.fromkeys(ids))
-    held: set[str] = set()
+    held: dict[str, str | None] = {}
     for i in range(0, len(ids), _IN_CHUNK):
-        query = select(_e.c.episode_id).where(
+        query = select(_e.c.episode_id, _e.c.subset).where(
             _e.c.run_seq == run_seq,
             _e.c.stream == stream,
             _e.c.episode_id.in_(ids[i : i + _IN_CHUNK]),
         )
-        held.update(conn.execute(query).scalars())
+        held.update((episode_id, subset) for episode_id, subset in conn.execute(query))
     return held
 
 
 def _new_ids(
     conn: Connection, run_seq: int, stream: str, rows: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """The rows whose id the stream does not hold yet, the first of each id."""
-    held = held_ids(conn, run_seq, stream, [r["episode_id"] for r in rows])
+) -> tuple[list[dict[str, Any]], set[tuple[str, str]]]:
+    """The rows whose id the stream does not hold yet (the first of each id), and the (id,
+    subset) pairs of the repeats that name another subset than the indexed record's."""
+    held = _held_subsets(conn, run_seq, stream, [r["episode_id"] for r in rows])
     fresh = []
+    memberships: set[tuple[str, str]] = set()
     for row in rows:
-        if row["episode_id"] not in held:
-            held.add(row["episode_id"])
+        episode_id, subset = row["episode_id"], row.get("subset")
+        if episode_id not in held:
+            held[episode_id] = subset
             fresh.append(row)
-    return fresh
+        elif subset is not None and subset != held[episode_id]:
+            memberships.add((episode_id, subset))
+    return fresh, memberships
 
 
 def _trained_already(conn: Connection, run_seq: int, ids: list[str]) -> None:

@@ -15,13 +15,13 @@ import math
 import secrets
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, select, update
 
 from ...spec import RunStatus
 from ..errors import conflict
 from . import metrics, runs
 from .receipts import get_receipt, put_receipt
-from .schema import metric_keys, metric_points, prime_environments, prime_objects
+from .schema import prime_environments, prime_objects
 from .schema import runs as runs_table
 from .sql import insert_ignore, lock_run
 
@@ -106,9 +106,9 @@ def update_run(
     summary: dict[str, Any] | None,
     now: float,
 ) -> None:
-    """PUT /evaluations/{id} without a status: replace the config, merge the summary; 409 once
-    the run is closed (the platform's status guard rejects the whole update)."""
-    _require_running(conn, seq)
+    """PUT /evaluations/{id} without a status: replace the config, merge the summary, whatever
+    the run's status: only status changes are guarded (prime-runs closing an eval that was
+    closed elsewhere still sends its metadata, issue 20)."""
     if config is not None:
         conn.execute(
             update(runs_table)
@@ -141,9 +141,11 @@ def close_run(
 
 
 def _require_running(conn: Connection, seq: int) -> None:
-    status = conn.execute(select(runs_table.c.status).where(runs_table.c.seq == seq)).scalar_one()
-    if status != RunStatus.RUNNING:
-        raise conflict("run_closed", f"the run is already {status}")
+    """409 unless the run is open to its owner (running, or crashed by the sweeper's guess)."""
+    query = select(runs_table.c.status, runs_table.c.status_by).where(runs_table.c.seq == seq)
+    row = conn.execute(query).mappings().one()
+    if row["status"] != RunStatus.RUNNING and not runs.is_swept(dict(row)):
+        raise conflict("run_closed", f"the run is already {row['status']}")
 
 
 def ingest_metric_row(
@@ -158,28 +160,23 @@ def ingest_metric_row(
     """
     One /rft/metrics row into the run's metric points, unless `key` (the row's digest) was
     stored already: a replay changes nothing, even after a later row rewrote the step. A row
-    without a step is written at the run's latest step (0 before any).
+    without a step is keyed by its time (`_timestamp`, else now), as on the native path:
+    prime-rl's `inference/*` and `event_loop_lag/*` rows are never folded into a step (issue 20).
     """
     lock_run(conn, run_seq)  # replicas: one writer of a run's points and receipts at a time
     prior = get_receipt(conn, run_seq, "metrics", key)
     if prior is not None:
         return prior
+    points = metrics.MetricPoints()
     if step is None:
-        step = _latest_step(conn, run_seq)
-    metrics.write_points(conn, run_seq, {(name, step): (v, ts) for name, v in values.items()})
+        at = now if ts is None else ts
+        points.by_time.update(((name, at), v) for name, v in values.items())
+    else:
+        points.update(((name, step), (v, ts)) for name, v in values.items())
+    metrics.write_points(conn, run_seq, points)
     receipt = {"status": "success", "step": step, "values": len(values)}
     put_receipt(conn, run_seq, "metrics", key, receipt, now)
     return receipt
-
-
-def _latest_step(conn: Connection, run_seq: int) -> int:
-    query = (
-        select(func.max(metric_points.c.step))
-        .select_from(metric_points.join(metric_keys, metric_keys.c.id == metric_points.c.key_id))
-        .where(metric_keys.c.run_seq == run_seq)
-    )
-    latest = conn.execute(query).scalar()
-    return int(latest) if latest is not None else 0
 
 
 def add_object(

@@ -7,6 +7,12 @@ Statuses are spec.RunStatus values. Every rule that must hold across server repl
 enforced by the database: a create replay finds the row the unique constraints kept (insert
 or ignore, then read), finishing and crashing are compare-and-sets from `running`, a summary
 merge holds the run's row lock, and the crash sweep skips rows another replica is sweeping.
+
+The sweeper's crashed is a guess (the owner went silent), its owner's word is not (issue 20):
+a run the sweeper crashed is still open to its owner. Its uploads are taken as from a running
+run, its final status replaces the guess (a compare-and-set from running or swept), and a
+heartbeat makes it running again. `status_by` says who set the current status (owner |
+sweeper) and `status_history` every change after creation, so the run shows both.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import re
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, RowMapping, delete, insert, select, update
+from sqlalchemy import Connection, RowMapping, and_, delete, insert, or_, select, update
 
 from ...identity import MAX_RUN_ID_CHARS, RUN_ID_PATTERN  # the SDK's rule, written once
 from ...spec import RunStatus
@@ -36,6 +42,7 @@ __all__ = [
     "finish_run",
     "get_run",
     "get_run_by_seq",
+    "is_swept",
     "run_teams",
     "heartbeat",
     "list_runs",
@@ -45,8 +52,22 @@ __all__ = [
     "stale_error",
 ]
 
-JSON_COLUMNS = ("environments", "tags", "config", "training", "summary", "losses")
+JSON_COLUMNS = (
+    "environments",
+    "tags",
+    "config",
+    "training",
+    "summary",
+    "losses",
+    "status_history",
+)
 RUNNING = RunStatus.RUNNING.value
+CRASHED = RunStatus.CRASHED.value
+OWNER, SWEEPER = "owner", "sweeper"  # who set a run's status (status_by)
+# The runs an owner may still write to and close: running, or crashed by the sweeper's guess.
+_OPEN_TO_OWNER = or_(
+    runs.c.status == RUNNING, and_(runs.c.status == CRASHED, runs.c.status_by == SWEEPER)
+)
 TERMINAL = tuple(s.value for s in RunStatus if s.is_terminal())
 NO_LOSSES = {"dropped_records": 0, "failed_records": {}}
 DEFAULT_PROJECT = "default"  # the project of a run created without one (issue 19)
@@ -134,8 +155,11 @@ def create_run(
                     finished_at=None,
                     updated_at=now,
                     last_heartbeat_at=now,
+                    status_by=OWNER,
                 )
             )
+            if existing["status"] != RUNNING:
+                _record_status(conn, existing["seq"], RUNNING, OWNER, now)
             existing = get_run_by_seq(conn, existing["seq"])
             assert existing is not None
         return existing, False
@@ -166,6 +190,8 @@ def create_run(
         "group_name": fields.get("group"),
         "project": fields.get("project") or DEFAULT_PROJECT,
         "stop_requested_at": None,
+        "status_by": None,
+        "status_history": "[]",
     }
     seq = conn.execute(
         insert_ignore(conn, runs).values(values).returning(runs.c.seq)
@@ -313,21 +339,26 @@ def finish_run(
     times: dict[str, float] | None = None,
 ) -> bool:
     """
-    Compare-and-set running -> `status`. True when this call finished the run, False when it
-    already had this status (nothing changes); 409 when it has another terminal status.
+    Compare-and-set running (or crashed by the sweeper: its owner's word replaces the guess)
+    -> `status`, set by the owner. True when this call finished the run, False when it already
+    had this status from its owner (nothing changes); 409 when it has another terminal status.
     `times` may give the run's own finished_at and last_heartbeat_at (a run uploaded later),
     kept between its creation and now.
     """
-    values: dict[str, Any] = {"status": str(status), "error": error, "finished_at": now}
+    values: dict[str, Any] = {
+        "status": str(status),
+        "error": error,
+        "finished_at": now,
+        "status_by": OWNER,
+    }
     created = conn.execute(select(runs.c.created_at).where(runs.c.seq == seq)).scalar_one()
     for name, value in (times or {}).items():
         values[name] = min(now, max(created, value))
     done = conn.execute(
-        update(runs)
-        .where(runs.c.seq == seq, runs.c.status == RUNNING)
-        .values(**values, updated_at=now)
+        update(runs).where(runs.c.seq == seq, _OPEN_TO_OWNER).values(**values, updated_at=now)
     ).rowcount
     if done:
+        _record_status(conn, seq, str(status), OWNER, now)
         if changes:
             patch_run(conn, seq, changes, now)
         return True
@@ -352,7 +383,15 @@ def request_stop(conn: Connection, seq: int, now: float) -> bool:
 
 
 def heartbeat(conn: Connection, seq: int, now: float) -> str:
-    """Record a heartbeat of a running run; returns the run's status either way."""
+    """Record a heartbeat of a running run; returns the run's status either way. The owner's
+    heartbeat makes a run the sweeper crashed running again: it was not dead."""
+    revived = conn.execute(
+        update(runs)
+        .where(runs.c.seq == seq, runs.c.status == CRASHED, runs.c.status_by == SWEEPER)
+        .values(status=RUNNING, error=None, finished_at=None, status_by=OWNER, updated_at=now)
+    ).rowcount
+    if revived:
+        _record_status(conn, seq, RUNNING, OWNER, now)
     conn.execute(
         update(runs)
         .where(runs.c.seq == seq, runs.c.status == RUNNING)
@@ -360,6 +399,21 @@ def heartbeat(conn: Connection, seq: int, now: float) -> str:
     )
     status: str = conn.execute(select(runs.c.status).where(runs.c.seq == seq)).scalar_one()
     return status
+
+
+def is_swept(run: dict[str, Any]) -> bool:
+    """Whether `run` is crashed by the sweeper's guess only (still open to its owner)."""
+    return run["status"] == CRASHED and run.get("status_by") == SWEEPER
+
+
+def _record_status(conn: Connection, seq: int, status: str, by: str, now: float) -> None:
+    """Append a change of status to the run's history (its row is locked by the caller's
+    update)."""
+    history = conn.execute(select(runs.c.status_history).where(runs.c.seq == seq)).scalar_one()
+    changes = [*orjson.loads(history or "[]"), {"status": status, "by": by, "at": now}]
+    conn.execute(
+        update(runs).where(runs.c.seq == seq).values(status_history=dump_json(changes, "history"))
+    )
 
 
 def stale_error(
@@ -406,11 +460,16 @@ def crash_stale(
         message = stale_error(dict(row), now, timeout, listening_since)
         if message is None:
             continue
-        crashed += conn.execute(
+        done = conn.execute(
             update(runs)
             .where(runs.c.seq == row["seq"], runs.c.status == RUNNING)
-            .values(status=RunStatus.CRASHED.value, error=message, finished_at=now, updated_at=now)
+            .values(
+                status=CRASHED, error=message, finished_at=now, updated_at=now, status_by=SWEEPER
+            )
         ).rowcount
+        if done:
+            _record_status(conn, row["seq"], CRASHED, SWEEPER, now)
+        crashed += done
     return crashed
 
 
@@ -429,8 +488,11 @@ def _json_or_null(value: Any, field: str) -> str | None:
 
 
 def require_running_or_grace(run: dict[str, Any], now: float, grace: float) -> None:
-    """409 for an upload to a run finished longer than `grace` seconds ago."""
+    """409 for an upload to a run finished longer than `grace` seconds ago by its owner (one
+    the sweeper crashed takes its owner's late data: sync after an outage, issue 20)."""
     finished = run["finished_at"]
+    if is_swept(run):
+        return
     if run["status"] != RUNNING and finished is not None and now - finished > grace:
         raise ApiError(
             409,

@@ -54,6 +54,7 @@ __all__ = [
     "BLOCK_SIZES",
     "annotations",
     "api_keys",
+    "episode_subsets",
     "episodes",
     "log_lines",
     "log_totals",
@@ -152,6 +153,10 @@ runs = Table(
     Column("project", String(256), nullable=False, server_default="default"),
     # When a stop was requested (dashboard, API); the W&B wire tells the SDK (migration 0010).
     Column("stop_requested_at", Float),
+    # Who set the current status: owner | sweeper (a guess its owner's word replaces), and
+    # every change of status after creation, JSON [{status, by, at}] (migration 0011).
+    Column("status_by", String(16)),
+    Column("status_history", Text, nullable=False, server_default="[]"),
     UniqueConstraint("team_id", "create_key", name="uq_runs_team_create_key"),
     UniqueConstraint("team_id", "id", name="uq_runs_team_id"),
     Index("ix_runs_id", "id"),
@@ -255,6 +260,17 @@ episodes = Table(
     Index("ix_episodes_run_id", "run_seq", "episode_id"),
     Index("ix_episodes_run_kind_step", "run_seq", "stream", "kind", "step"),
     Index("ix_episodes_run_trained", "run_seq", "stream", "trained_step", "reward", "step"),
+)
+
+# The cohorts a stored episode was marked into after it was indexed (logged again with another
+# subset: `all` on arrival, then `effective`); a read by subset finds it under each (0011).
+episode_subsets = Table(
+    "episode_subsets",
+    metadata,
+    Column("run_seq", Integer, primary_key=True),
+    Column("stream", String(16), primary_key=True),
+    Column("episode_id", String(256), primary_key=True),
+    Column("subset", String(32), primary_key=True),
 )
 
 # Not `annotations`: that name is the `from __future__ import annotations` feature here and in
