@@ -104,9 +104,9 @@ def test_key_stats_and_merge(store):
     stats = store.db.read_sync(metric_sql.key_stats, run_seq)
     assert stats == [
         {"key": "a", "label": "a", "axis": "step", "last_step": 69999, "last_ts": None,
-         "last_value": 1.0, "count": 70000},
+         "last_value": 1.0, "count": 70000, "step_metric": None},
         {"key": "b", "label": "b", "axis": "step", "last_step": 3, "last_ts": None,
-         "last_value": 2.0, "count": 1},
+         "last_value": 2.0, "count": 1, "step_metric": None},
     ]  # fmt: skip
     series, _ = store.db.read_sync(metric_sql.series, run_seq, ["a"], 4, 6, 0)
     assert series["a"]["value"] == [1.0, 9.0, 1.0]
