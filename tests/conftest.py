@@ -8,7 +8,7 @@ import pytest
 from . import procs
 
 # Session services (PostgreSQL, an S3 endpoint) for the tests of the scale-out stores.
-pytest_plugins = ["tests.services"]
+pytest_plugins = ["tests.services", "tests.browser"]
 
 _RUN_ENV = (
     "OPENRUNS_RUN_ID",

@@ -243,7 +243,7 @@ train()
     assert err.rstrip().endswith("KeyboardInterrupt"), err
     assert frames and frames[-1].endswith("in train"), err  # the user's frame, not _on_signal
     assert "openruns" not in " ".join(frames), err
-    assert _status(tmp_path) == ("cancelled", "terminated by SIGINT")
+    assert _status(tmp_path) == ("cancelled", "interrupted (KeyboardInterrupt)")
 
 
 def test_handlers_are_restored_after_finish(tmp_path):

@@ -19,7 +19,7 @@ def test_ingest_then_read_back_exactly(client, encoding):
     keys = client.get(f"/runs/{rid}/metrics/keys").json()
     assert keys == [
         {"key": k, "label": k, "axis": "step", "last_step": 299, "last_ts": None}
-        | {"last_value": v, "count": 300}
+        | {"last_value": v, "count": 300, "step_metric": None}
         for k, v in (("loss", 1.0 / 300), ("step_time", 2.0))
     ]
     series = client.get(f"/runs/{rid}/metrics", params={"max_points": 0}).json()

@@ -13,8 +13,7 @@ import uuid
 import pytest
 from playwright.sync_api import expect
 
-from tests.web.conftest import browser, own_page  # noqa: F401 (browser: a fixture)
-
+from ..browser import own_page
 from .helpers import LOOP, SCRIPT_TIMEOUT, end, run_script, start_script, wait_ready
 
 SCRIPT = """
@@ -38,7 +37,7 @@ def logged(server, tmp_path_factory):
 
 
 @pytest.fixture
-def page(browser, server):  # noqa: F811 (the imported fixture)
+def page(browser, server):
     with own_page(browser, server.url, timeout=30_000) as page:
         yield page
 

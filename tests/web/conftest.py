@@ -7,38 +7,20 @@ the test if it logs a JavaScript error or a failed request.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
 
 from openruns.server import ServerHandle, serve_in_thread
 
+from ..browser import VIEWPORT, own_page, watch
 from .seed import Seeded, seed
 
-# What a page shows may wait for Plotly's bundle to compile, which can take seconds on a
-# loaded 2-core machine: assertions wait as long as actions do (playwright's default is 5 s).
-expect.set_options(timeout=15_000)
-
-CHROMIUM = os.environ.get("OPENRUNS_TEST_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # Where screenshot() saves: a temporary directory, unless OPENRUNS_SCREENSHOTS names one
 # (`make screenshots` sets it to docs/screenshots to refresh the README's pictures).
 SCREENSHOTS_ENV = "OPENRUNS_SCREENSHOTS"
-VIEWPORT = {"width": 1280, "height": 900}
 
 
 @pytest.fixture(scope="session")
@@ -57,19 +39,6 @@ def seeded(server, tmp_path_factory) -> Seeded:
         local = tmp_path_factory.mktemp("web-local")
         patch.setenv("OPENRUNS_CONFIG_FILE", str(local / "no-config.toml"))
         return seed(server.url, local)
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator:
-    if not shutil.which(CHROMIUM):
-        message = f"no Chromium at {CHROMIUM} (scripts/test installs Debian's chromium)"
-        if os.environ.get("CI"):
-            pytest.fail(message)  # CI must run these, not skip them
-        pytest.skip(message)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="session")
@@ -92,44 +61,12 @@ def page(context) -> Iterator:
     assert not problems, "\n".join(problems)
 
 
-def watch(page) -> list[str]:
-    """The JavaScript errors and failed requests of `page`, as they happen."""
-    problems: list[str] = []
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("console", lambda message: _console(message, problems))
-    page.on("requestfailed", lambda request: _request_failed(request, problems))
-    return problems
-
-
-def _console(message, problems: list[str]) -> None:
-    if message.type == "error":
-        problems.append(f"console error: {message.text}")
-
-
-def _request_failed(request, problems: list[str]) -> None:
-    # A navigation away cancels the polls in flight; that is not a failure of the page.
-    if request.failure and "ERR_ABORTED" not in request.failure:
-        problems.append(f"request failed: {request.url} {request.failure}")
-
-
 @pytest.fixture
 def fresh_page(browser, server) -> Iterator:
     """A page in a context of its own (its own local storage), for tests that change the
     preferences a browser keeps; errors fail the test as with `page`."""
     with own_page(browser, server.url) as page:
         yield page
-
-
-@contextlib.contextmanager
-def own_page(browser, base_url: str, timeout: float = 15_000) -> Iterator:
-    """A page in a browser context of its own at `base_url`; its errors fail the test."""
-    context = browser.new_context(viewport=VIEWPORT, base_url=base_url)
-    context.set_default_timeout(timeout)
-    page = context.new_page()
-    problems = watch(page)
-    yield page
-    context.close()
-    assert not problems, "\n".join(problems)
 
 
 @pytest.fixture(scope="session")

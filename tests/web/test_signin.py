@@ -19,7 +19,7 @@ from openruns.cli import main as openruns_main
 from openruns.rundir import batch_key
 from openruns.server import ServerHandle, serve_in_thread
 
-from .conftest import VIEWPORT
+from ..browser import VIEWPORT
 
 # Reports every Content-Security-Policy violation a page meets (Chromium also logs them).
 WATCH_CSP = """
