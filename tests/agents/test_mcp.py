@@ -4,9 +4,11 @@ and a JSON schema, each called, real data back; errors as tool errors the agent 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,6 +19,7 @@ from mcp.client.stdio import StdioServerParameters
 from openruns.mcp_server.tools import TOOL_NAMES
 
 from .. import patience
+from ..services import free_port
 from .conftest import CONFIG, LONG
 
 Call = Callable[..., Awaitable[Any]]
@@ -139,6 +142,22 @@ def test_errors_are_tool_errors_the_agent_reads(seeded):
         assert (await call("get_run", run_id=seeded.run_id))["run"]["id"] == seeded.run_id
 
     drive(seeded.server.url, session)
+
+
+def test_a_server_away_is_named_in_the_error():
+    away = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+
+    async def session(client: Client, call: Call) -> None:
+        error = await call("list_runs")
+        assert "refused" in error and f"no answer from the openruns server at {away}" in error
+
+    drive(away, session)
+
+
+def test_docs_agents_md_lists_every_tool():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()
+    documented = re.findall(r"^\| `([a-z_]+)` \|", page, re.MULTILINE)
+    assert sorted(documented) == sorted(TOOL_NAMES)
 
 
 def test_without_the_extra_it_says_which_to_install():

@@ -26,7 +26,7 @@ from pydantic import Field
 
 from .. import __version__
 from ..api import Client
-from ..errors import OpenrunsError
+from ..errors import OpenrunsError, TransportError
 
 __all__ = ["TOOL_NAMES", "build_server"]
 
@@ -316,6 +316,9 @@ class ReadTools:
         """`read(client)`, an openruns error turned into the tool error the agent reads."""
         try:
             return read(self._client)
+        except TransportError as exc:  # no answer: say from where, the agent cannot see it
+            message = f"{exc}; no answer from the openruns server at {self._client.base_url}"
+            raise ToolError(" ".join(message.split())) from exc
         except OpenrunsError as exc:
             raise ToolError(" ".join(str(exc).split())) from exc
 
