@@ -29,7 +29,7 @@ class Seeded:
     server: ServerHandle
     stores: Stores
     run_id: str  # the seeded run
-    other_id: str  # an older, empty eval run
+    other_id: str  # an older eval run with 25 metric keys
     episodes: list[dict[str, Any]]
 
 
@@ -44,6 +44,8 @@ def seeded(backend, stores_factory, tmp_path_factory) -> Iterator[Seeded]:
     server = serve_in_thread(**stores.settings)
     with api(server.url) as http:
         other = create_run(http, kind="eval", name="baseline-eval", tags=["agents"])
+        wide = {f"eval/k{k:02d}": float(k) for k in range(25)}
+        upload(http, other["id"], "metrics", metric_rows(range(3), **wide))
         run = create_run(
             http, name="rl-agents", model="Qwen/Qwen3-8B", tags=["agents"], config=CONFIG
         )

@@ -93,6 +93,12 @@ def test_every_tool_is_listed_and_answers_with_the_runs_data(seeded):
             }
         }
 
+        wide = await call("get_metrics", run_id=seeded.other_id)  # 25 keys
+        assert sorted(wide["series"]) == [f"eval/k{k:02d}" for k in range(20)]
+        assert wide["omitted_keys"] == 5 and wide["series"]["eval/k03"]["value"] == [3.0] * 3
+        named = [f"eval/k{k:02d}" for k in range(25)]
+        assert len((await call("get_metrics", run_id=seeded.other_id, keys=named))["series"]) == 25
+
         steps = await call("get_steps", run_id=rid)
         assert [(s["step"], s["count"]) for s in steps["steps"]] == [(0, 10), (1, 10), (2, 10)]
         assert steps["total"] == 3

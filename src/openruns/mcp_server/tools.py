@@ -32,7 +32,7 @@ __all__ = ["TOOL_NAMES", "build_server"]
 
 T = TypeVar("T")
 
-_MAX_SERIES = 50  # metric keys in one get_metrics answer when none are named
+_MAX_SERIES = 20  # metric keys in one get_metrics answer when none are named
 
 INSTRUCTIONS = """\
 openruns tracks LLM eval and RL training runs. A run (kind train or eval) has metrics (series by
@@ -128,7 +128,7 @@ class ReadTools:
         max_points: Annotated[
             int,
             Field(ge=2, le=5000, description="each key downsampled to at most this many points"),
-        ] = 200,
+        ] = 50,
         kind: Annotated[
             Literal["train", "eval"] | None,
             Field(description="eval: the keys under eval/; train: the others; default: all"),
