@@ -6,11 +6,18 @@ import argparse
 import dataclasses
 import importlib
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from . import __version__
 
-__all__ = ["add_server_options", "build_parser", "main", "server_settings"]
+__all__ = [
+    "add_json_option",
+    "add_server_options",
+    "build_parser",
+    "main",
+    "print_json",
+    "server_settings",
+]
 
 # name -> (module, help). Each module has `add_arguments(parser)` and `run(args) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -21,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "runs": ("openruns.runs_cli", "create, finish, list and show runs on a server"),
     "run": ("openruns.launch.run_command", "own a run around one command: openruns run -- CMD"),
     "launch": ("openruns.launch.launch_command", "start a job's components under one run"),
+    "mcp": ("openruns.mcp_server.command", "serve the read API to coding agents (MCP over stdio)"),
 }
 
 
@@ -39,6 +47,23 @@ def add_server_options(parser: argparse.ArgumentParser, *, nested: bool = False)
     parser.add_argument(
         "--api-key", default=default, help="an API key (default: OPENRUNS_API_KEY, config file)"
     )
+
+
+def add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """--json of a read command: `what` as one JSON document on stdout instead of text (the
+    fields are documented in docs/agents.md); errors stay one line on stderr, exit non-zero."""
+    parser.add_argument(
+        "--json", action="store_true", help=f"print {what} as one JSON document (default: text)"
+    )
+
+
+def print_json(document: Any, out: TextIO | None = None) -> None:
+    """`document` as one line of JSON on `out` (stdout)."""
+    import orjson
+
+    out = out or sys.stdout
+    out.write(orjson.dumps(document, option=orjson.OPT_NON_STR_KEYS).decode() + "\n")
+    out.flush()
 
 
 def server_settings(args: argparse.Namespace) -> Any:

@@ -28,7 +28,7 @@ PROG = "openruns runs"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .cli import add_server_options
+    from .cli import add_json_option, add_server_options
 
     add_server_options(parser)
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -85,11 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ls.add_argument("--name", help="name contains this (default: any)")
     ls.add_argument("--tag", help="has this tag (default: any)")
     ls.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
-    ls.add_argument("--json", action="store_true", help="one JSON object per line")
+    add_json_option(ls, '{"runs": [run, ...]}, each run as GET /api/v1/runs/{id} answers it')
 
     show = sub.add_parser("show", help="one run's metadata and status", description="Show a run.")
     show.add_argument("run_id", metavar="ID")
-    show.add_argument("--json", action="store_true", help="the run as JSON")
+    add_json_option(show, "the run as GET /api/v1/runs/{id} answers it")
 
     for action in (create, finish, ls, show):
         add_server_options(action, nested=True)
@@ -101,11 +101,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _ACTIONS[args.action](args)
     except ConflictError as exc:
-        print(f"{PROG} {args.action}: {exc}", file=sys.stderr)
+        print(f"{PROG} {args.action}: {_one_line(exc)}", file=sys.stderr)
         return 1
     except (ConfigurationError, OpenrunsError) as exc:
-        print(f"{PROG} {args.action}: {exc}", file=sys.stderr)
+        print(f"{PROG} {args.action}: {_one_line(exc)}", file=sys.stderr)
         return 2
+
+
+def _one_line(exc: Exception) -> str:
+    """An error as one line of stderr, which scripts (and --json readers) take as the message."""
+    return " ".join(str(exc).split())
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -184,7 +189,7 @@ def _finish(args: argparse.Namespace) -> int:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    import orjson
+    from .cli import print_json
 
     params = {k: getattr(args, k) for k in ("kind", "status", "name", "tag")}
     params = {k: v for k, v in params.items() if v is not None}
@@ -196,8 +201,7 @@ def _ls(args: argparse.Namespace) -> int:
         client.close()
     items = page["items"][: args.limit]
     if args.json:
-        for item in items:
-            print(orjson.dumps(item).decode())
+        print_json({"runs": items})
         return 0
     rows = [("ID", "STATUS", "KIND", "NAME", "MODEL", "CREATED")]
     now = time.time()
@@ -219,7 +223,9 @@ def _show(args: argparse.Namespace) -> int:
     finally:
         client.close()
     if args.json:
-        print(orjson.dumps(doc).decode())
+        from .cli import print_json
+
+        print_json(doc)
         return 0
     for key in ("id", "name", "kind", "status", "error", "model", "framework", "description"):
         if doc.get(key) is not None:

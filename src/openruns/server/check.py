@@ -14,7 +14,8 @@
   --remove-unreferenced deletes them.
 
 One line per finding on stdout (`damaged<TAB>key<TAB>reason`, `unreferenced<TAB>key<TAB>bytes`,
-`removed<TAB>key`), a summary on stderr. Exit status 0 when nothing is damaged and nothing
+`removed<TAB>key`), a summary on stderr; with --json, one JSON document on stdout instead
+(`check_document`) and nothing on stderr. Exit status 0 when nothing is damaged and nothing
 unreferenced is left, 1 otherwise, 2 when the stores cannot be opened. It reads the database
 and lists the bucket while the server runs; removal is safe alongside a running server for the
 reason above.
@@ -35,7 +36,7 @@ from .segment_reads import iter_frames
 from .store.blobs import BlobStore
 from .store.schema import prime_objects, segments, wandb_files
 
-__all__ = ["CheckResult", "check_blobs"]
+__all__ = ["CheckResult", "check_blobs", "check_document"]
 
 HOUR = 3600.0
 
@@ -111,6 +112,21 @@ def check_blobs(
     return result
 
 
+def check_document(result: CheckResult, *, verified: bool, min_age_hours: float) -> dict[str, Any]:
+    """`openruns server check --json`: the findings with stable field names (docs/agents.md)."""
+    return {
+        "clean": result.clean,
+        "blobs": result.blobs,
+        "referenced": result.referenced,
+        "damaged": [{"key": key, "reason": reason} for key, reason in result.damaged],
+        "unreferenced": [{"key": key, "bytes": size} for key, size in result.unreferenced],
+        "removed": list(result.removed),
+        "young": result.young,
+        "verified": verified,
+        "min_age_hours": min_age_hours,
+    }
+
+
 def _frames_problem(blobs: BlobStore, key: str) -> str | None:
     try:
         for _ in iter_frames(blobs.get(key)):
@@ -134,6 +150,7 @@ def run(args: Any, settings: Any, out: TextIO | None = None, err: TextIO | None 
     except ServerConfigError as exc:
         print(f"openruns server check: {exc}", file=err)
         return 2
+    as_json = getattr(args, "json", False)
     try:
         referenced = store.db.read_sync(referenced_blobs)
         result = check_blobs(
@@ -142,10 +159,18 @@ def run(args: Any, settings: Any, out: TextIO | None = None, err: TextIO | None 
             verify=args.verify,
             remove_unreferenced=args.remove_unreferenced,
             min_age=args.min_age_hours * HOUR,
-            report=lambda line: print(line, file=out, flush=True),
+            report=(lambda line: None)
+            if as_json
+            else lambda line: print(line, file=out, flush=True),
         )
     finally:
         store.close()
+    if as_json:
+        from ..cli import print_json
+
+        document = check_document(result, verified=args.verify, min_age_hours=args.min_age_hours)
+        print_json(document, out)
+        return 0 if result.clean else 1
     left = len(result.unreferenced) - len(result.removed)
     print(
         f"openruns server check: {result.blobs} blobs in {blobs.describe()}, "

@@ -67,6 +67,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only blobs older than this are judged: an upload in progress writes its blob "
         "before the row that references it (default: 24)",
     )
+    from ..cli import add_json_option
+
+    add_json_option(
+        check,
+        'the findings: {"clean", "blobs", "referenced", "damaged": [{"key", "reason"}], '
+        '"unreferenced": [{"key", "bytes"}], "removed", "young", "verified", "min_age_hours"}',
+    )
 
 
 def _add_settings(parser: argparse.ArgumentParser, names: list[str], default: object) -> None:

@@ -2,7 +2,7 @@
 `openruns keys`: manage API keys in a server's database (works while it runs).
 
     openruns keys create --team research     # prints the key, once
-    openruns keys list
+    openruns keys list [--json]             # or `keys ls`
     openruns keys revoke 3
 """
 
@@ -17,6 +17,8 @@ __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..cli import add_json_option
+
     parser.description = (
         "Manage the API keys in a server's database (its data directory's SQLite file, or "
         "--db / $OPENRUNS_DATABASE_URL / the server's config file). Keys belong to a team and "
@@ -25,8 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = sub.add_parser("create", help="create a key for a team and print it")
     create.add_argument("--team", required=True, help="the team the key acts for")
-    listing = sub.add_parser("list", help="list keys (ids, teams, prefixes; never the keys)")
-    listing.add_argument("--team", default=None, help="only this team's keys")
+    listing = sub.add_parser(
+        "list", aliases=["ls"], help="list keys (ids, teams, prefixes; never the keys)"
+    )
+    listing.add_argument("--team", default=None, help="only this team's keys (default: all)")
+    add_json_option(
+        listing, '{"keys": [{"id", "team_id", "prefix", "created_at", "revoked_at", "active"}]}'
+    )
     revoke = sub.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("key_id", type=int, help="the id shown by `openruns keys list`")
     for command in (create, listing, revoke):
@@ -77,7 +84,12 @@ def run(args: argparse.Namespace) -> int:
                 f"key {key_id} of team {args.team!r}: store it now, it is not shown again",
                 file=sys.stderr,
             )
-        elif args.action == "list":
+        elif args.action in ("list", "ls") and args.json:
+            from ..cli import print_json
+
+            rows = store.db.read_sync(key_sql.list_keys, args.team)
+            print_json({"keys": [{**row, "active": row["revoked_at"] is None} for row in rows]})
+        elif args.action in ("list", "ls"):
             for row in store.db.read_sync(key_sql.list_keys, args.team):
                 created = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["created_at"]))
                 state = "revoked" if row["revoked_at"] else "active"
