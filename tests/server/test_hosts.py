@@ -34,6 +34,14 @@ def test_a_foreign_host_is_400_naming_it_and_loopback_names_are_answered(shared_
         "127.0.0.1",
     ):
         assert _get(shared_server.url, host).status_code == 200, host
+    # A refusal before the body is read closes the connection: the body is never waited for.
+    refused = httpx.post(
+        shared_server.url + "/api/v1/runs",
+        content=b'{"kind": "eval"}',
+        headers={"Host": "evil.example", "Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert refused.status_code == 400 and refused.headers["connection"] == "close"
 
 
 def test_allowed_hosts_are_answered_and_others_still_refused(make_server):
