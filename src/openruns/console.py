@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from .spec import MAX_LOG_LINE_CHARS, cut_text
 from .upload import fork
 
 __all__ = [
@@ -66,8 +67,8 @@ Emit = Callable[[list[dict[str, Any]]], None]
 def traceback_record(error: BaseException, source: str = "main") -> dict[str, Any]:
     """The formatted traceback of `error` as one line record of stream "traceback"."""
     text = "".join(traceback.format_exception(error)).rstrip("\n")
-    if len(text) > 4 * MAX_LINE_CHARS:  # keep the end: the frames nearest the error
-        text = "... (cut)\n" + text[-4 * MAX_LINE_CHARS :]
+    # Keep the end, the frames nearest the error, within the server's line limit.
+    text = cut_text(text, MAX_LOG_LINE_CHARS, keep="end")
     return {"ts": time.time(), "stream": "traceback", "source": source, "line": text}
 
 

@@ -39,7 +39,7 @@ from .identity import COMPONENT_ENV, component_name, unexport_run
 from .ownership import Ownership
 from .records import WithDefaults, clean_finite
 from .settings import Settings
-from .spec import MAX_STEP, ConfigSource, RunStatus
+from .spec import MAX_ERROR_CHARS, MAX_STEP, ConfigSource, RunStatus, cut_text
 from .upload import fork
 from .upload.pipeline import Pipeline
 
@@ -437,6 +437,8 @@ class Run:
         status once the run is closed is warned about rather than silently dropped (issue 24)."""
         if not status.is_terminal():
             raise ValueError(f"finish() needs a terminal status, got {status.value!r}")
+        if error is not None:  # the run fails with a long error, cut, never with none
+            error = cut_text(str(error), MAX_ERROR_CHARS)
         with self._finish_lock:
             if self._finishing:
                 # Finished, or re-entered from a signal handler while finishing.
@@ -515,7 +517,8 @@ class Run:
             self._contain("finalizing the run", lambda: self._finalize(deadline))
         else:
             if self._fatal is not None:
-                self._fill({"error": f"{self._fatal} ({component_name()})"})
+                fatal = f"{self._fatal} ({component_name()})"
+                self._fill({"error": cut_text(fatal, MAX_ERROR_CHARS)})
             if ownership is Ownership.COMPLETES:
                 logger.warning(
                     "openruns: run %s is %s here; that status is left to the launcher or "

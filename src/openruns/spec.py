@@ -17,12 +17,15 @@ __all__ = [
     "FILLABLE",
     "CONFIG_SOURCE_KEY",
     "MAX_CONFIG_SOURCE_BYTES",
+    "MAX_ERROR_CHARS",
+    "MAX_LOG_LINE_CHARS",
     "MAX_STEP",
     "ConfigSource",
     "EnvironmentRef",
     "RunKind",
     "RunStatus",
     "TrainingSpec",
+    "cut_text",
 ]
 
 RunKind = Literal["eval", "train"]
@@ -30,6 +33,31 @@ RunKind = Literal["eval", "train"]
 # Steps are integers from 0 to this (a signed 64-bit column), everywhere: metrics, episodes,
 # annotations; the server refuses others with a 400, the SDK at the call.
 MAX_STEP = 2**63 - 1
+
+# The text limits the server holds runs to, written once for the SDK and the server (which
+# imports them; issue 25: a cut of 65,546 characters against a limit of 65,536 lost a failed
+# run's traceback and its finish). A run's error (finish, a component's fatal error):
+MAX_ERROR_CHARS = 100_000
+# One console line (a log record's `line`; a traceback is one line):
+MAX_LOG_LINE_CHARS = 65_536
+
+
+def cut_text(text: str, limit: int, keep: Literal["start", "end"] = "start") -> str:
+    """
+    `text` within `limit` characters: unchanged if it fits, else its start (or its end, for a
+    traceback, whose last frames are nearest the error) with a marker saying how many
+    characters were cut. The marker counts against `limit`.
+    """
+    if len(text) <= limit:
+        return text
+    if limit < 128:  # no room for a marker
+        return text[:limit] if keep == "start" else text[-limit:]
+    cut = len(text) - limit + 64  # room for the marker (at most 64 characters)
+    marker = f"[openruns: {cut} characters cut]"
+    if keep == "end":
+        return f"{marker}\n{text[cut:]}"[-limit:]
+    return f"{text[: len(text) - cut]}\n{marker}"[:limit]
+
 
 # The run metadata a process attached to a run may fill in where the run's owner set none.
 FILLABLE = (

@@ -36,7 +36,7 @@ from .rundir import (
     segment_paths,
 )
 from .settings import DEFAULT_DIR
-from .spec import RunStatus
+from .spec import MAX_ERROR_CHARS, RunStatus, cut_text
 from .upload.wire import Disposition, WireClient, disposition, retrying
 
 __all__ = ["SyncResult", "add_arguments", "find_run_dirs", "run", "sync_run"]
@@ -241,7 +241,8 @@ class _Sync:
             return status
         body: dict[str, Any] = {
             "status": status,
-            "error": error,
+            # A run directory written before the limit was shared may hold a longer one.
+            "error": cut_text(error, MAX_ERROR_CHARS) if isinstance(error, str) else error,
             "summary": meta.get("summary") or {},
             "losses": losses,
         }

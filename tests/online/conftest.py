@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -63,6 +64,9 @@ class ServerProcess:
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if re.search(r"listening on http://", line):
+                # The server logs every request (its access log): read the pipe to the end,
+                # or a full pipe would stall the server mid-test.
+                threading.Thread(target=_discard, args=(self.proc.stdout,), daemon=True).start()
                 return self
             if not line and self.proc.poll() is not None:
                 break
@@ -85,6 +89,11 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait(10)
         self.proc.stdout.close()
+
+
+def _discard(stream) -> None:
+    for _ in stream:
+        pass
 
 
 @pytest.fixture

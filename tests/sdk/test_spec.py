@@ -86,3 +86,19 @@ def test_init_rejects_bad_arguments(tmp_path, kwargs, message):
 def test_run_status():
     assert openruns.RunStatus("failed") is openruns.RunStatus.FAILED
     assert [s.is_terminal() for s in openruns.RunStatus] == [False, True, True, True, True]
+
+
+def test_cut_text_keeps_within_the_limit_with_a_marker():
+    from openruns.spec import MAX_ERROR_CHARS, MAX_LOG_LINE_CHARS, cut_text
+
+    assert cut_text("short", 100) == "short"
+    for size in (MAX_LOG_LINE_CHARS, MAX_LOG_LINE_CHARS + 1, 100_000, 1_000_003):
+        text = "a" + "x" * (size - 2) + "z"
+        for limit in (MAX_LOG_LINE_CHARS, MAX_ERROR_CHARS):
+            start, end = cut_text(text, limit), cut_text(text, limit, keep="end")
+            assert len(start) <= limit and len(end) <= limit, (size, limit)
+            if size > limit:
+                assert start.startswith("a") and start.endswith("characters cut]")
+                assert end.startswith("[openruns: ") and end.endswith("z")
+                cut = int(end.split()[1])
+                assert len(end) - len(end.split("\n", 1)[0]) - 1 == size - cut

@@ -37,7 +37,7 @@ def _open(url: str, source: str = TRICKLER_ADDRESS) -> socket.socket:
 
 
 def _headers(method: str, path: str, length: int, **extra: str) -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", "Host: test", f"Content-Length: {length}"]
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {length}"]
     lines += [f"{k.replace('_', '-')}: {v}" for k, v in extra.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 

@@ -4,8 +4,9 @@ The ASGI application.
     app = create_app(ServerSettings(data_dir=Path("data")))
 
 `create_app` assembles small parts: the lifespan (open the store, run the crash sweeper and the
-search indexer, close), the middlewares (security headers and trusted proxies, the body-size
-cap, the refusal of NaN in JSON bodies), the error handlers, the API routers under /api/v1,
+search indexer, close), the middlewares (from the outside in: the access log, trusted proxies,
+security headers, the body-size cap, the Host check and cross-site writes with auth off
+(hosts.py), the refusal of NaN in JSON bodies), the error handlers, the API routers under /api/v1,
 and the dashboard router (web/) at the root. Pass an already-open `state` to keep startup
 errors out of the lifespan (serve.py does, so they can be reported in one line).
 """
@@ -21,9 +22,11 @@ from fastapi import FastAPI
 
 from .. import __version__
 from . import api_docs, search_indexer
+from .access_log import AccessLog
 from .config import ServerSettings
 from .errors import ApiError
 from .handlers import document_errors, install_handlers
+from .hosts import RequestGate
 from .limits import BodyLimit
 from .prime import include_prime
 from .routes import ROUTERS
@@ -78,6 +81,8 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
     )
     install_handlers(app, not_found_page)
     app.add_middleware(RejectNonFinite)  # inside BodyLimit: it reads capped bodies
+    # Inside BodyLimit too: a refusal before the body is read closes the connection.
+    app.add_middleware(RequestGate, settings=settings, auth=settings.auth_enabled())
     app.add_middleware(
         BodyLimit,
         json_limit=settings.max_json_bytes,
@@ -86,7 +91,8 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
         grace=settings.body_grace,
         idle=settings.body_idle_timeout,
     )
-    install_security(app, settings)  # outermost: every answer gets the headers
+    install_security(app, settings)  # every answer gets the headers, refusals too
+    app.add_middleware(AccessLog, sample=settings.access_log)  # outermost: sees every answer
     for router in ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
     include_prime(app)  # the routes prime-runs calls (server/prime/)

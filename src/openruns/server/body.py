@@ -8,23 +8,30 @@ soon as one passes its limit. Only a body that passed is decoded into memory (`d
 so a bomb costs a window of memory and a bounded amount of decoding, never its expansion: a
 few hundred bytes that expand to a billion blank lines stop after `max_lines` newlines,
 counted in C.
+
+Every encoded body must end where its encoding says it ends: a gzip member or a zstd frame cut
+short is refused (400 `truncated_body`), never taken for its decodable prefix (issue 25).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
+import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import zstandard
 from starlette.requests import Request
 
 from .errors import ApiError, bad_request, too_large
 from .limits import Ticket
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:
+    from backports import zstd
 
 __all__ = [
     "ENCODINGS",
@@ -151,12 +158,27 @@ def _pieces(body: bytes, encoding: str | None, piece: int) -> Iterator[bytes]:
 
 
 def _unzstd(body: bytes, piece: int) -> Iterator[bytes]:
+    # One decompressor per frame (concatenated frames are valid zstd). python-zstandard's
+    # stream reader ends quietly at the end of the input, mid-frame or not; this decoder says
+    # whether the frame ended (`eof`) and bounds each call's output to `piece`.
+    options: dict[int, int] = {
+        zstd.DecompressionParameter.window_log_max: MAX_ZSTD_WINDOW.bit_length() - 1
+    }
+    data = body
     try:
-        decompressor = zstandard.ZstdDecompressor(max_window_size=MAX_ZSTD_WINDOW)
-        reader = decompressor.stream_reader(io.BytesIO(body), read_across_frames=True)
-        while out := reader.read(piece):
-            yield out
-    except zstandard.ZstdError as exc:
+        while data:
+            decoder = zstd.ZstdDecompressor(options=options)
+            out = decoder.decompress(data, piece)
+            while True:
+                if out:
+                    yield out
+                if decoder.eof or decoder.needs_input:
+                    break
+                out = decoder.decompress(b"", piece)
+            if not decoder.eof:
+                raise _truncated("zstd", "frame")
+            data = decoder.unused_data
+    except zstd.ZstdError as exc:
         raise bad_request("invalid_body", f"the body is not valid zstd: {exc}") from exc
 
 
@@ -173,7 +195,7 @@ def _gunzip(body: bytes, piece: int) -> Iterator[bytes]:
                 if not data and not out:
                     break
             if not inflater.eof:
-                raise bad_request("invalid_body", "the gzip body is truncated")
+                raise _truncated("gzip", "member")
             data = inflater.unused_data
     except zlib.error as exc:
         raise bad_request("invalid_body", f"the body is not valid gzip: {exc}") from exc
@@ -218,6 +240,14 @@ def _json_type(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     return "a number"
+
+
+def _truncated(encoding: str, unit: str) -> ApiError:
+    return bad_request(
+        "truncated_body",
+        f"the {encoding} body ends inside a {unit}: it was cut short; nothing was stored, "
+        "send the whole body again",
+    )
 
 
 def _body_too_large(limit: int) -> ApiError:

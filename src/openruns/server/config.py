@@ -289,6 +289,23 @@ class ServerSettings:
         default_text="none: those headers are ignored",
     )
 
+    allowed_hosts: frozenset[str] | None = setting(
+        None,
+        metavar="HOST,...",
+        help="names the server answers to in the Host header, besides loopback names, the "
+        "address it listens on and --public-url's host (DNS-rebinding defence; '.example.com' "
+        "takes its subdomains, '*' any name); others get 400",
+        default_text="with auth off: those only (any IP address too on a non-loopback bind); "
+        "with auth on: any host",
+    )
+    access_log: float = setting(
+        1.0,
+        metavar="FRACTION",
+        help="requests logged, one line each (method, path without the query string, status, "
+        "milliseconds, bytes) on the openruns.server.access logger: 1 every request, 0.1 a "
+        "tenth of the successful ones (errors are always logged), 0 none",
+    )
+
     prime_training_teams: frozenset[str] | None = setting(
         None,
         metavar="TEAM,...",

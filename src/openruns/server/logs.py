@@ -21,6 +21,7 @@ from typing import Any, TypeGuard
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from ..spec import MAX_LOG_LINE_CHARS
 from .body import iter_objects
 from .errors import bad_request
 from .ingest import receive  # the shared receive step: body, receipt, decompression
@@ -30,7 +31,7 @@ from .store.runs import require_running_or_grace
 
 __all__ = ["MAX_LINE_CHARS", "STREAM_PATTERN", "parse_logs", "upload_logs"]
 
-MAX_LINE_CHARS = 65_536
+MAX_LINE_CHARS = MAX_LOG_LINE_CHARS  # written once, in the SDK (spec.py)
 MAX_SOURCE_CHARS = 128
 STREAM_PATTERN = r"^[a-z][a-z0-9_.-]{0,31}$"
 _STREAM = re.compile(STREAM_PATTERN)

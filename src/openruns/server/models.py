@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from ..spec import MAX_CONFIG_SOURCE_BYTES
+from ..spec import MAX_CONFIG_SOURCE_BYTES, MAX_ERROR_CHARS
 from .store.runs import RUN_ID_PATTERN
 
 __all__ = [
@@ -41,6 +41,8 @@ MAX_INT = 2**63 - 1
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 ShortText = Annotated[str, StringConstraints(max_length=1024)]
 LongText = Annotated[str, StringConstraints(max_length=100_000)]
+# A run's error: the SDK cuts one to this length with a marker (spec.cut_text).
+ErrorText = Annotated[str, StringConstraints(max_length=MAX_ERROR_CHARS)]
 TeamId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 GroupName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 # A run's project (W&B's; issue 19): any printable name without "/" (it is a path segment of
@@ -135,7 +137,7 @@ class RunFill(_Body):
     tags: list[Tag] | None = Field(None, max_length=100)
     config: ConfigIn | None = None
     training: dict[str, Any] | None = None
-    error: LongText | None = Field(
+    error: ErrorText | None = Field(
         None, description="a component's fatal error, kept while the run is running"
     )
 
@@ -157,7 +159,7 @@ class RunPatch(_Body):
 
 class RunFinish(_Body):
     status: Terminal
-    error: LongText | None = None
+    error: ErrorText | None = None
     summary: dict[str, Any] | None = None
     losses: Losses | None = None
     finished_at: PastTime | None = Field(

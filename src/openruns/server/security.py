@@ -103,18 +103,23 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
-def check_same_origin(request: Request, settings: ServerSettings) -> None:
-    """403 `cross_site_request` when a browser says the request comes from another site."""
+def check_same_origin(
+    request: Request,
+    settings: ServerSettings,
+    rule: str = "a dashboard session may only change things from this server's own pages",
+) -> None:
+    """403 `cross_site_request` when a browser says the request comes from another site;
+    `rule` ends the message (what may change things instead)."""
     if request.method in _SAFE_METHODS:
         return
     origin = request.headers.get("origin")
     if origin is not None:
         if origin.rstrip("/") not in _own_origins(request, settings):
-            raise _cross_site(f"this request comes from {origin[:200]!r}, another site")
+            raise _cross_site(f"this request comes from {origin[:200]!r}, another site", rule)
         return
     fetch_site = request.headers.get("sec-fetch-site")
     if fetch_site is not None and fetch_site not in ("same-origin", "none"):
-        raise _cross_site(f"the browser says this request is {fetch_site[:40]!r}")
+        raise _cross_site(f"the browser says this request is {fetch_site[:40]!r}", rule)
 
 
 def _own_origins(request: Request, settings: ServerSettings) -> set[str]:
@@ -128,9 +133,5 @@ def _own_origins(request: Request, settings: ServerSettings) -> set[str]:
     return origins
 
 
-def _cross_site(reason: str) -> ApiError:
-    return ApiError(
-        403,
-        "cross_site_request",
-        f"{reason}: a dashboard session may only change things from this server's own pages",
-    )
+def _cross_site(reason: str, rule: str) -> ApiError:
+    return ApiError(403, "cross_site_request", f"{reason}: {rule}")

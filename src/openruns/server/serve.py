@@ -21,6 +21,7 @@ from typing import Any
 
 import uvicorn
 
+from .access_log import log_to_stderr
 from .app import create_app
 from .config import ServerConfigError, ServerSettings
 from .state import ServerState
@@ -88,6 +89,8 @@ def serve(settings: ServerSettings) -> None:
     """Serve in the foreground until interrupted; print the URL once listening."""
     sock, state = start(settings)
     server = _server(create_app(settings, state), log_level="warning")
+    if settings.access_log > 0:
+        log_to_stderr()
     auth = "API keys required" if state.auth_enabled else "auth off"
     print(f"openruns server listening on {url_of(sock)}", flush=True)
     database = describe_url(settings.database_url or state.store.db.url)

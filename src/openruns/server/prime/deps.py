@@ -14,7 +14,7 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from ...errors import ConfigurationError
-from ...spec import CONFIG_SOURCE_KEY, ConfigSource
+from ...spec import CONFIG_SOURCE_KEY, MAX_ERROR_CHARS, ConfigSource, cut_text
 from ..auth import ANONYMOUS, Principal, check_run, principal_for
 from ..errors import bad_request, forbidden
 from ..limits import note_caller
@@ -112,7 +112,6 @@ def config_document(value: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 _PRIME_TERMINAL = {"completed", "failed", "cancelled", "crashed"}
-_MAX_ERROR_CHARS = 100_000  # as the native finish's `error`
 
 
 def terminal_status(status: str, message: str | None) -> tuple[str, str | None]:
@@ -121,10 +120,10 @@ def terminal_status(status: str, message: str | None) -> tuple[str, str | None]:
     runs as FAILED/failed with `cancelled: ...` / `crashed: ...` in the message (the platform
     has no such statuses); openruns has them, so they are restored.
     """
-    if message is not None and len(message) > _MAX_ERROR_CHARS:
+    if message is not None:
         # The run must close whatever the message's length (prime-runs does not cap it for
-        # training runs); what is kept is said.
-        message = message[:_MAX_ERROR_CHARS] + " [truncated]"
+        # training runs); what is kept is said. The limit is the native finish's `error`.
+        message = cut_text(message, MAX_ERROR_CHARS)
     word = status.strip().lower()
     if word not in _PRIME_TERMINAL:
         raise bad_request(

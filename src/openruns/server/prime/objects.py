@@ -7,10 +7,17 @@ the body without any other credential (prime-runs sends none: its storage client
 only for that key, only before the expiry, and only a Parquet file; it writes the object
 through the BlobStore (put_atomic), so a local directory and S3 behave the same. The object is
 not part of the run until `/rft/samples/confirm` names it.
+
+A signed URL writes once (issue 25): the first PUT claims the key for the SHA-256 of its body
+(store/prime.claim_object, one receipt row), and the blob is written only under a claim for
+the same bytes. A replay of those bytes within the URL's lifetime is answered as the first
+PUT was (the client's retry); other bytes are 409 `object_exists`, so nobody holding the URL
+can replace an object, confirmed or not.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import time
 from typing import Annotated
@@ -21,12 +28,13 @@ from starlette.concurrency import run_in_threadpool
 
 from ..auth import url_signature
 from ..body import read_body
-from ..errors import ApiError, bad_request
+from ..errors import ApiError, bad_request, conflict
 from ..handlers import JSON
 from ..limits import ingest_caller
 from ..routes.deps import State
 from ..state import ServerState
-from .samples import is_train_samples_key
+from ..store import prime as prime_store
+from .samples import is_train_samples_key, train_samples_run
 
 __all__ = ["PRESIGN_SECONDS", "presigned_url", "router"]
 
@@ -73,5 +81,26 @@ async def put_object(
         body = await read_body(request, state.settings.max_body_bytes, ticket)
         if len(body) < 8 or body[:4] != _PARQUET_MAGIC or body[-4:] != _PARQUET_MAGIC:
             raise bad_request("invalid_parquet", "the body is not a Parquet file")
-        await run_in_threadpool(state.blobs.put_atomic, blob_key, body)
+        digest = await run_in_threadpool(_sha256, body)
+        claim = await state.store.write(
+            prime_store.claim_object,
+            train_samples_run(blob_key),
+            blob_key,
+            digest,
+            len(body),
+            time.time(),
+        )
+        if claim["sha256"] != digest:
+            raise conflict(
+                "object_exists",
+                f"an object of {claim['bytes']} bytes was uploaded to this URL already, and an "
+                "uploaded object is never replaced; presign a new URL for other bytes",
+            )
+        # The same bytes again: written only if the first PUT did not get that far.
+        if not await run_in_threadpool(state.blobs.exists, blob_key):
+            await run_in_threadpool(state.blobs.put_atomic, blob_key, body)
     return JSON({"key": blob_key, "bytes": len(body)})
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

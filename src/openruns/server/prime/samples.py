@@ -13,7 +13,6 @@ is that an opted-out episode is stored twice, once inside its row and once as an
 from __future__ import annotations
 
 import hashlib
-import io
 import re
 import secrets
 import time
@@ -28,17 +27,19 @@ from starlette.requests import Request
 from ...records import stamp_run
 from ..body import DecodeLimits, decompress, read_body
 from ..errors import bad_request
-from ..ingest import ingest_records
+from ..ingest import decode_limits, ingest_records
 from ..limits import ingest_caller
 from ..state import ServerState
 from ..store.runs import require_running_or_grace
 from .deps import default_step
+from .parquet import info_texts
 
 __all__ = [
     "confirm_train_samples",
     "is_train_samples_key",
     "new_train_samples_key",
     "store_eval_samples",
+    "train_samples_run",
 ]
 
 _TRAIN_KEY = re.compile(r"runs/(\d+)/prime/train-samples/(\d+)/[0-9a-f]{24}\.parquet")
@@ -109,6 +110,14 @@ def is_train_samples_key(
     return (run_seq is None or int(match[1]) == run_seq) and (step is None or int(match[2]) == step)
 
 
+def train_samples_run(blob_key: str) -> int:
+    """The run (seq) a training-samples key was presigned for; ValueError if it is not one."""
+    match = _TRAIN_KEY.fullmatch(blob_key)
+    if match is None:
+        raise ValueError(f"{blob_key!r} is not a training-samples key")
+    return int(match[1])
+
+
 async def confirm_train_samples(
     state: ServerState, run: dict[str, Any], step: int, blob_key: str, caller: str
 ) -> int:
@@ -129,7 +138,9 @@ async def confirm_train_samples(
                 "the presigned URL first",
             )
         data = await run_in_threadpool(state.blobs.get, blob_key)
-        rows, episodes = await run_in_threadpool(_parquet_episodes, data, run)
+        rows, episodes = await run_in_threadpool(
+            _parquet_episodes, data, run, decode_limits(state.settings)
+        )
         await _store_episodes(state, run, episodes)
         await state.store.prime_add_object(
             run["seq"], "train_samples", step, blob_key, len(data), rows, None
@@ -137,24 +148,17 @@ async def confirm_train_samples(
         return rows
 
 
-def _parquet_episodes(data: bytes, run: dict[str, Any]) -> tuple[int, bytes]:
-    """(rows, the NDJSON of the stamped episodes inside the rows' `info` column)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(io.BytesIO(data))
-    except (pa.ArrowException, OSError) as exc:
-        raise bad_request("invalid_parquet", f"the object is not a Parquet file: {exc}") from exc
-    if "info" not in table.column_names:
-        return table.num_rows, b""
+def _parquet_episodes(data: bytes, run: dict[str, Any], limits: DecodeLimits) -> tuple[int, bytes]:
+    """(rows, the NDJSON of the stamped episodes inside the rows' `info` column), decoded
+    within `limits` (parquet.info_texts: 413 past them)."""
+    rows, texts = info_texts(data, limits)
     infos = []
-    for text in table.column("info").to_pylist():
+    for text in texts:
         try:
-            infos.append(orjson.loads(text) if isinstance(text, str) else None)
+            infos.append(orjson.loads(text) if text is not None else None)
         except orjson.JSONDecodeError:
             infos.append(None)
-    return table.num_rows, _episode_lines(infos, run)
+    return rows, _episode_lines(infos, run)
 
 
 def _episode_lines(infos: Iterable[Any], run: dict[str, Any]) -> bytes:

@@ -12,6 +12,10 @@ upload (ingest.ingest_records). Every line must name a run this caller can write
 `{"upload_id": <hex>, "status": "committed", ...}`, is a function of the bytes, and a replay of
 the same bytes stores nothing and gets it again; the same bytes under the other line format
 are 409 `line_format_conflict`.
+
+An upload has one part of each name: the Idempotency-Key is the digest of one batch, so a
+second `traces` (or `metadata`) part is 400 `duplicate_part` naming it, never a batch half
+dropped or two batches under one key (issue 25).
 """
 
 from __future__ import annotations
@@ -201,7 +205,16 @@ def parse_upload(body: bytes, content_type: str | None) -> Upload:
         parser.finalize()
     except (MultipartParseError, ValueError) as exc:
         raise bad_request("invalid_multipart", f"the multipart body is malformed: {exc}") from exc
-    by_name = {_part_name(p): p for p in parts}
+    by_name: dict[str, _Part] = {}
+    for part in parts:
+        name_of = _part_name(part)
+        if name_of in by_name and name_of in ("traces", "metadata"):
+            raise bad_request(
+                "duplicate_part",
+                f"the upload has more than one `{name_of}` part; send one batch per request "
+                "(its Idempotency-Key is the digest of that one part)",
+            )
+        by_name[name_of] = part
     traces = by_name.get("traces")
     if traces is None:
         raise bad_request("invalid_multipart", "the upload has no `traces` part")

@@ -28,6 +28,7 @@ from .sql import insert_ignore, lock_run
 __all__ = [
     "NO_HEARTBEAT",
     "add_object",
+    "claim_object",
     "close_run",
     "create_run",
     "environment_names",
@@ -48,6 +49,9 @@ NO_HEARTBEAT = math.inf
 # The receipts kind of Prime uploads (a traces batch per run, a samples request): the answer
 # a replay gets, including the line format a traces batch was stored under.
 _UPLOADS = "prime_upload"
+# The receipts kind of presigned PUTs, keyed by blob key: the SHA-256 and size of the first
+# body written there (issue 25: a signed URL writes once, a written object never changes).
+_OBJECTS = "prime_object"
 
 
 def resolve_environment(
@@ -235,3 +239,19 @@ def put_upload_receipt(
     lock_run(conn, run_seq)
     if get_receipt(conn, run_seq, _UPLOADS, key) is None:
         put_receipt(conn, run_seq, _UPLOADS, key, receipt, now)
+
+
+def claim_object(
+    conn: Connection, run_seq: int, blob_key: str, digest: str, nbytes: int, now: float
+) -> dict[str, Any]:
+    """
+    The body `blob_key` stands for: the first claim's `{"sha256", "bytes"}`, made now if there
+    is none. Under the run's lock, so of two concurrent PUTs to one key exactly one claims it;
+    the caller writes the blob only when the claim that stands is for its own bytes.
+    """
+    lock_run(conn, run_seq)
+    claim = get_receipt(conn, run_seq, _OBJECTS, blob_key)
+    if claim is None:
+        claim = {"sha256": digest, "bytes": nbytes}
+        put_receipt(conn, run_seq, _OBJECTS, blob_key, claim, now)
+    return claim
