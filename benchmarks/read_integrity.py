@@ -11,7 +11,7 @@ in process (no HTTP, no disk: the segment is in memory), for the three ways reco
 3. ingest: what keeping the digests adds to building a segment from NDJSON (`build_segment`),
    per GB of NDJSON.
 
-Records are production-shaped (lognormal size, median ~20 KB: text of Zipf-distributed words,
+Records are production-shaped (lognormal size, median ~11 KB: text of Zipf-distributed words,
 token ids and logprobs with real entropy), framed as the server frames them (1 MiB frames).
 
     uv run python benchmarks/read_integrity.py                # ~256 MB of records, ~2 minutes
@@ -60,7 +60,7 @@ def make_ndjson(megabytes: float, rng: random.Random) -> bytes:
     weights = [1 / (rank + 1) for rank in range(len(words))]
     lines, total, i = [], 0, 0
     while total < megabytes * 1e6:
-        size = min(400_000, int(rng.lognormvariate(9.9, 0.8)))  # median ~20 KB
+        size = min(400_000, int(rng.lognormvariate(9.9, 0.8)))  # ~11 KB of JSON at the median
         n_words = max(10, size // 14)
         record = {
             "id": f"e{i}",

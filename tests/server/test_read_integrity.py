@@ -12,9 +12,11 @@ same size is not exported as the run's: its records are counted as not matching 
 
 from __future__ import annotations
 
+import io
 import random
 
 import orjson
+import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import update
 
@@ -250,6 +252,10 @@ def test_a_segment_replaced_by_another_runs_is_not_exported_as_the_runs(
             assert report["damaged"] == [
                 {"segment": key, "records": RECORDS, "reason": report["damaged"][0]["reason"]}
             ]
+        parquet = http.get(f"/runs/{run}/export/episodes.parquet").content
+        assert pq.read_table(io.BytesIO(parquet)).num_rows == 0
+        footer = pq.ParquetFile(io.BytesIO(parquet)).metadata.metadata
+        assert orjson.loads(footer[b"openruns.export"])["skipped_records"] == RECORDS
         other_export = http.get(f"/runs/{other}/export/episodes.ndjson").content.splitlines()
         assert len(other_export) == RECORDS  # the other run's own export is whole
 

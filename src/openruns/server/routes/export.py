@@ -291,7 +291,9 @@ async def _episode_tables(
     schema = pa.schema(fields)
     yield schema
     async for rows, records in _episode_pages(state, seq, stream, filters, report):
-        kept = [(row, record) for row, record in zip(rows, records, strict=True) if record]
+        kept = [
+            (row, record) for row, record in zip(rows, records, strict=True) if record is not None
+        ]
         columns = {c: [row[c] for row, _ in kept] for c in INDEX_COLUMNS}
         columns["record"] = [record.decode() for _, record in kept]
         yield pa.table(columns, schema=schema)
