@@ -107,6 +107,7 @@ def _reads(http, run: str, records: list[dict]):
             yield record["id"], fold, response
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("built", ["ndjson", "batch"])
 def test_a_flipped_byte_reads_as_the_stored_text_or_410_never_other_text(make_server, built):
     rng = random.Random(25)
@@ -173,6 +174,7 @@ def _check_export(http, run: str, sent: dict[str, bytes], key: str, holding: set
         assert lines == [line for eid, line in sent.items() if eid not in holding]
 
 
+@pytest.mark.slow
 def test_reads_of_rows_indexed_before_digests_verify_the_frames_checksums(make_server):
     """Rows of an older server (no frames_digest) are read by decompressing their whole frames,
     which verifies each frame's checksum: still the stored text or a 410."""
