@@ -220,7 +220,7 @@ def test_damaged_truncated_or_missing_segments_are_named_and_exports_stay_whole(
         for step, key, reason in (
             (0, missing, "missing"),
             (1, truncated, "truncated"),
-            (2, flipped, "does not decompress"),
+            (2, flipped, "not the ones stored"),  # the frames' digest (issue 25)
         ):
             status, code, message = error_of(http.get(f"/runs/{run}/episodes/ep-{step}-1"))
             assert (status, code) == (410, "damaged_segment")

@@ -30,7 +30,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from .body import iter_objects
-from .errors import bad_request
+from .errors import ApiError, bad_request
 from .ingest import receive  # the shared receive step: body, receipt, decompression
 from .limits import ingest_caller
 from .segments import is_step
@@ -115,12 +115,24 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def fold(record: bytes, rows: list[dict[str, Any]]) -> bytes:
-    """The record with its annotations (oldest first) folded in; see the module docstring."""
+    """The record with its annotations (oldest first) folded in; see the module docstring. The
+    caller has verified the record (segment_reads.read_record): damage is a 410 before this;
+    a stored line that is not an object is a 422 naming `annotations=false`."""
     if not rows:
         return record
-    doc = orjson.loads(record)
-    traces = doc.get("traces") if isinstance(doc.get("traces"), list) else []
-    by_id = {t.get("id"): t for t in traces if isinstance(t, dict) and t.get("id")}
+    try:
+        doc: Any = orjson.loads(record)
+    except orjson.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):  # only a batch whose frames hold other lines than objects
+        raise ApiError(
+            422,
+            "unfoldable_record",
+            "the stored record is not a JSON object, so its annotations cannot be folded into "
+            "it; read it as stored with annotations=false",
+        )
+    traces: list[Any] = doc["traces"] if isinstance(doc.get("traces"), list) else []
+    by_id = {t["id"]: t for t in traces if isinstance(t, dict) and isinstance(t.get("id"), str)}
     trained: int | None = None
     producers: set[str] = set()
     for row in rows:

@@ -6,7 +6,10 @@
 
 - damaged: a blob the database references (an episode segment, a Prime wire object) that is
   missing, or whose size is not the one recorded; with --verify, also a segment whose zstd
-  frames do not all decompress and match their checksums (this reads every segment).
+  frames do not all decompress and match their checksums, or whose bytes do not match the
+  digests its index rows keep (migration 0012): a flipped byte, or another segment in its
+  place. The readers apply the same rule (segment_reads.py), so what --verify finds is what
+  reads answer 410 for and exports count. This reads every segment.
 - unreferenced: a blob no row references, older than --min-age-hours (24). A crash between a
   segment's write and the commit of its rows leaves one, and so does a presigned Parquet PUT
   that was never confirmed; they cost only space. Younger blobs may belong to an upload in
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -33,6 +36,8 @@ import zstandard
 from sqlalchemy import Connection, select
 
 from .segment_reads import iter_frames
+from .segments import frames_digest
+from .store import episodes
 from .store.blobs import BlobStore
 from .store.schema import prime_objects, segments, wandb_files
 
@@ -73,12 +78,14 @@ def check_blobs(
     blobs: BlobStore,
     *,
     verify: bool = False,
+    digests: Mapping[str, set[tuple[int, int, bytes]]] | None = None,
     remove_unreferenced: bool = False,
     min_age: float = 24 * HOUR,
     now: float | None = None,
     report: Callable[[str], None] = lambda line: None,
 ) -> CheckResult:
-    """Compare `referenced` (referenced_blobs) with what `blobs` holds; see the module."""
+    """Compare `referenced` (referenced_blobs) with what `blobs` holds; see the module.
+    `digests` (episodes.frame_digests): what --verify checks each segment's frames against."""
     now = time.time() if now is None else now
     result = CheckResult(referenced=len(referenced))
     seen: set[str] = set()
@@ -102,7 +109,7 @@ def check_blobs(
         if info.size != size:
             reason = f"{info.size} bytes where {size} were written"
         elif verify and is_segment:
-            reason = _frames_problem(blobs, info.key)
+            reason = _frames_problem(blobs, info.key, (digests or {}).get(info.key, set()))
         if reason is not None:
             result.damaged.append((info.key, reason))
             report(f"damaged\t{info.key}\t{reason}")
@@ -127,14 +134,22 @@ def check_document(result: CheckResult, *, verified: bool, min_age_hours: float)
     }
 
 
-def _frames_problem(blobs: BlobStore, key: str) -> str | None:
+def _frames_problem(blobs: BlobStore, key: str, indexed: set[tuple[int, int, bytes]]) -> str | None:
     try:
-        for _ in iter_frames(blobs.get(key)):
+        blob = blobs.get(key)
+        for _ in iter_frames(blob):
             pass
     except FileNotFoundError:
         return "missing"
     except zstandard.ZstdError as exc:
         return f"its frames do not decompress: {exc}"
+    view = memoryview(blob)
+    wrong = sum(frames_digest(view[o : o + n]) != d for o, n, d in indexed)
+    if wrong:
+        return (
+            f"{wrong} of its {len(indexed)} indexed groups of frames are not the bytes stored "
+            "(they do not match the index's digests)"
+        )
     return None
 
 
@@ -153,10 +168,12 @@ def run(args: Any, settings: Any, out: TextIO | None = None, err: TextIO | None 
     as_json = getattr(args, "json", False)
     try:
         referenced = store.db.read_sync(referenced_blobs)
+        digests = store.db.read_sync(episodes.frame_digests) if args.verify else None
         result = check_blobs(
             referenced,
             blobs,
             verify=args.verify,
+            digests=digests,
             remove_unreferenced=args.remove_unreferenced,
             min_age=args.min_age_hours * HOUR,
             report=(lambda line: None)

@@ -15,7 +15,8 @@ Records come in several shapes and all are read the same way:
     preview = record_preview(record)  # {"prompt", "reply", "answer", "turns", "trace_rewards"}
     hits = snippets(text, Query.parse('timeout "sandbox error"'))
 
-`load_records` reads the records of index rows from their segments, each zstd frame once.
+`load_records` reads the records of index rows from their segments, each zstd frame once,
+verified as every read is (segment_reads.py).
 """
 
 from __future__ import annotations
@@ -26,10 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import zstandard
 
 from ..records import trace_reward
-from .segment_reads import DamagedSegment, read_frames
+from .segment_reads import DamagedSegment, Location, RecordReader
 from .store.blobs import BlobStore
 
 __all__ = [
@@ -321,35 +321,19 @@ def snippets(text: Iterable[tuple[str, str]], query: Query, limit: int = 3) -> l
 # -- loading --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Location:
-    """Where a record is: its zstd frame in a segment blob, and its line inside the frame."""
-
-    blob_key: str
-    frame_offset: int
-    frame_length: int
-    offset: int
-    length: int
-
-
 def load_records(blobs: BlobStore, locations: Iterable[Location]) -> list[bytes]:
-    """The records' JSON, in the order given; each frame is read and decompressed once, and
-    one decompressed frame is held at a time; a record of a damaged segment is b"" (it parses
-    as None: no preview, no text). Blocking: call from a worker thread."""
+    """The records' JSON, in the order given, each verified as every read is (segment_reads);
+    each group of frames is read and decompressed once, and one is held at a time; a record of
+    a damaged segment is b"" (it parses as None: no preview, no text). Blocking: call from a
+    worker thread."""
     wanted = list(locations)
     out = [b""] * len(wanted)
-    decompressor = zstandard.ZstdDecompressor()
-    held: tuple[tuple[str, int], bytes] | None = None
+    reader = RecordReader(blobs)
     for i in sorted(range(len(wanted)), key=lambda i: (wanted[i].blob_key, wanted[i].frame_offset)):
-        loc = wanted[i]
-        key = (loc.blob_key, loc.frame_offset)
-        if held is None or held[0] != key:
-            try:
-                raw = read_frames(blobs, loc.blob_key, loc.frame_offset, loc.frame_length)
-                held = (key, decompressor.decompress(raw))
-            except (DamagedSegment, zstandard.ZstdError):
-                held = (key, b"")  # a damaged segment: its records read as empty, left out
-        out[i] = held[1][loc.offset : loc.offset + loc.length]
+        try:
+            out[i] = reader.record(wanted[i])
+        except DamagedSegment:
+            pass  # a damaged segment: its records read as empty, left out
     return out
 
 

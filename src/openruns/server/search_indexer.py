@@ -103,10 +103,7 @@ def _within_text_budget(docs: list[Document]) -> list[Document]:
 def build_documents(state: ServerState, rows: list[dict[str, Any]]) -> list[Document]:
     """(seq, run_seq, stream, kind, text) of each row; a record that cannot be read or parsed
     is indexed without text (so the indexer never stops on it), and the failure is logged."""
-    locations = [
-        Location(r["blob_key"], r["frame_offset"], r["frame_length"], r["offset"], r["length"])
-        for r in rows
-    ]
+    locations = [Location.of(r) for r in rows]
     try:
         records = load_records(state.blobs, locations)
     except Exception:  # a missing or damaged segment: read record by record, skip what fails

@@ -14,11 +14,14 @@ Episode segments: the blob one episodes upload becomes, and its index rows. Two 
 
 Either way `zstd -dc segment` gives the NDJSON back, and an index row locates its record by its
 frames (offset and length in the blob) and its line in them, decompressed, so reading one
-record decompresses its own frames, never the whole segment.
+record decompresses its own frames, never the whole segment. Each row also keeps the digest of
+those frames' bytes (`frames_digest`), taken here from the bytes about to be written, so every
+read can tell the stored bytes from any others (segment_reads.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 import uuid
@@ -40,6 +43,7 @@ __all__ = [
     "build_segment",
     "check_batch",
     "check_steps",
+    "frames_digest",
     "is_step",
     "iter_segment",
     "read_record",
@@ -56,6 +60,23 @@ _STEP_FIELDS = (("run", "work", "step"), ("step",))
 class Segment:
     blob: bytes
     rows: list[dict[str, Any]]
+
+
+def frames_digest(data: bytes | memoryview) -> bytes:
+    """The digest an index row keeps of its record's frames (the blob's bytes it names)."""
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _with_digests(segment: Segment) -> Segment:
+    """`segment` with each row's frames_digest (rows sharing frames share the work)."""
+    view = memoryview(segment.blob)
+    done: dict[tuple[int, int], bytes] = {}
+    for row in segment.rows:
+        span = (row["frame_offset"], row["frame_length"])
+        if span not in done:
+            done[span] = frames_digest(view[span[0] : span[0] + span[1]])
+        row["frames_digest"] = done[span]
+    return segment
 
 
 # -- the SDK's batches ------------------------------------------------------------------------
@@ -96,7 +117,7 @@ def check_batch(
                 f"record {row['episode_id']!r} is {row['length']} bytes once decompressed, "
                 f"over the limit of {max_record} bytes for one record (--max-record-mib)",
             )
-    return header, Segment(body[start:], index)
+    return header, _with_digests(Segment(body[start:], index))
 
 
 def _batch_row(
@@ -212,7 +233,7 @@ def build_segment(data: bytes, run_kind: str | None = None) -> Segment:
         end = offset + length + 1
     if pending:
         seal()
-    return Segment(b"".join(frames), rows)
+    return _with_digests(Segment(b"".join(frames), rows))
 
 
 def is_step(value: Any) -> bool:

@@ -141,7 +141,9 @@ async def get_episode(
 ) -> Response:
     """One whole record: the JSON line that was uploaded, with the annotations about it folded
     in (`info` merged, `annotated_branches`, and an `annotations` summary with its
-    `trained_step`), unless `annotations=false`."""
+    `trained_step`), unless `annotations=false`. The stored bytes are checked against the
+    index before anything is decoded: a record is answered as stored, or 410 naming its
+    segment (docs/security.md)."""
     run = await readable_run(state, caller, run_id)
     where = await state.store.locate_episode(run["seq"], episode_id)
     if where is None:

@@ -4,20 +4,23 @@ Exports, streamed page by page so memory stays flat whatever the run's size:
 - metrics.ndjson / metrics.parquet: one row per point, `key, step, value, ts`, by key then step;
   then the rows logged without a step (`step` null), by key then time. `kind=eval`: only the
   keys under `eval/`; `kind=train`: the others.
-- episodes.ndjson: the stored records, byte for byte, in upload order (of the episodes that
-  match `kind`, `subset`, `env` when given).
+- episodes.ndjson: the stored records, byte for byte, one per line, in upload order (of the
+  episodes that match `kind`, `subset`, `env` when given).
 - episodes.parquet: the index columns (with `trained_step`) plus `record`, the record's JSON
   text.
 - annotations.ndjson: every annotation as sent, with its producer and time, in stored order.
 
-An export is never cut mid-stream. An error before its first byte (the run, the database) is
-an ordinary error answer. After that, what cannot be read is skipped and counted: a segment
-that is missing, truncated or damaged (each frame is checked before any of its records is
-sent, so no partial record goes out), or the rest of the export when the database stops
-answering. Such an export ends with what it left out: NDJSON with one last line
-`{"_openruns_export": {"complete": false, "skipped_records": N, "damaged": [{"segment",
-"records", "reason"}], "stopped": reason | null}}`, Parquet with the same as the file's
-key-value metadata (`openruns.export`). A complete export has neither.
+An export sends only the stored records: each is read through its index row and checked as
+every read is (segment_reads.py: the digest of its frames, kept at ingest; for rows indexed
+before 0012, the frames' checksums and the record's id), before any of it is sent. An export is
+never cut mid-stream. An error before its first byte (the run, the database) is an ordinary
+error answer. After that, what cannot be read is skipped and counted: the records of a segment
+that is missing, truncated, damaged or not the one indexed (another run's blob in its place),
+or the rest of the export when the database stops answering. Such an export ends with what it
+left out: NDJSON with one last line `{"_openruns_export": {"complete": false,
+"skipped_records": N, "damaged": [{"segment", "records", "reason"}], "stopped": reason |
+null}}`, Parquet with the same as the file's key-value metadata (`openruns.export`). A
+complete export has neither.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from starlette.responses import StreamingResponse
 
 from ..annotations import public
 from ..errors import ApiError
-from ..segment_reads import DamagedSegment, iter_lines, read_record
+from ..segment_reads import DamagedSegment, Location, RecordReader, WholeBlobs, iter_lines
 from ..state import ServerState
 from ..store.episodes import INDEX_COLUMNS
 from ..store.metrics import is_kind
@@ -92,10 +95,7 @@ async def export(
     elif name == "metrics.parquet":
         body = _parquet(_metrics_tables(state, seq, kind), report)
     elif name == "episodes.ndjson":
-        if any(v is not None for v in filters.values()):
-            body = _episodes_ndjson_filtered(state, seq, stream, filters, report)
-        else:
-            body = _episodes_ndjson(state, seq, stream, report)
+        body = _episodes_ndjson(state, seq, stream, filters, report)
     elif name == "episodes.parquet":
         body = _parquet(_episode_tables(state, seq, stream, filters, report), report)
     else:
@@ -121,8 +121,13 @@ class ExportReport:
     stopped: str | None = None
 
     def skip(self, segment: str, records: int, reason: str) -> None:
+        """Count `records` left out of `segment` (one entry per segment: the first reason)."""
         self.skipped_records += records
-        self.damaged.append({"segment": segment, "records": records, "reason": reason})
+        entry = next((d for d in self.damaged if d["segment"] == segment), None)
+        if entry is None:
+            self.damaged.append({"segment": segment, "records": records, "reason": reason})
+        else:
+            entry["records"] += records
         logger.warning(
             "openruns: export of run %s skipped %d record(s) of the damaged segment %s (%s)",
             self.run_id,
@@ -149,9 +154,9 @@ class ExportReport:
 async def blob_lines(
     state: ServerState, key: str, records: int, report: ExportReport
 ) -> AsyncIterator[bytes]:
-    """The NDJSON lines of the zstd blob `key`, which holds `records` records, in pieces; a
-    missing, damaged or short blob is skipped from where it fails and reported, never cut
-    mid-line."""
+    """The NDJSON lines of the zstd blob `key` with no index rows (the Prime wire's sample
+    objects), which holds `records` records, in pieces; a missing, damaged or short blob is
+    skipped from where it fails and reported, never cut mid-line."""
     try:
         blob = await run_in_threadpool(state.blobs.get, key)
     except FileNotFoundError:
@@ -236,26 +241,24 @@ async def _metrics_tables(state: ServerState, seq: int, kind: str | None) -> Asy
 
 
 async def _episodes_ndjson(
-    state: ServerState, seq: int, stream: str, report: ExportReport
-) -> AsyncIterator[bytes]:
-    for key, records, ignored, segment_id in await state.store.segments_of(seq, stream):
-        if ignored:  # records repeating an id already kept: only the indexed ones are the run's
-            async for piece in _episodes_ndjson_filtered(
-                state, seq, stream, {"segment_id": segment_id}, report
-            ):
-                yield piece
-            continue
-        async for piece in blob_lines(state, key, records, report):
-            yield piece
-
-
-async def _episodes_ndjson_filtered(
     state: ServerState, seq: int, stream: str, filters: dict[str, Any], report: ExportReport
 ) -> AsyncIterator[bytes]:
+    async for _, records in _episode_pages(state, seq, stream, filters, report):
+        yield b"".join(r + b"\n" for r in records if r is not None)
+
+
+async def _episode_pages(
+    state: ServerState, seq: int, stream: str, filters: dict[str, Any], report: ExportReport
+) -> AsyncIterator[tuple[list[dict[str, Any]], list[bytes | None]]]:
+    """Pages of the index rows that match `filters`, in storage order, with their records,
+    each checked against its row as every read is (segment_reads: the frames' digest, else
+    their checksums and the record's id); a record that is not the stored one is None, and
+    counted in `report`. Without filters every segment is read, each fetched whole once."""
+    whole = all(v is None for v in filters.values())
+    reader = RecordReader(WholeBlobs(state.blobs) if whole else state.blobs)
     after = 0
     while rows := await state.store.episode_page(seq, stream, after, EPISODES_PAGE, **filters):
-        records = await run_in_threadpool(_read_records, state, rows, report)
-        yield "".join(r + "\n" for r in records if r is not None).encode()
+        yield rows, await run_in_threadpool(_read_records, reader, rows, report)
         after = rows[-1]["seq"]
 
 
@@ -287,28 +290,27 @@ async def _episode_tables(
     ]
     schema = pa.schema(fields)
     yield schema
-    after = 0
-    while rows := await state.store.episode_page(seq, stream, after, EPISODES_PAGE, **filters):
-        records = await run_in_threadpool(_read_records, state, rows, report)
-        kept = [(row, record) for row, record in zip(rows, records, strict=True) if record]
+    async for rows, records in _episode_pages(state, seq, stream, filters, report):
+        kept = [
+            (row, record) for row, record in zip(rows, records, strict=True) if record is not None
+        ]
         columns = {c: [row[c] for row, _ in kept] for c in INDEX_COLUMNS}
-        columns["record"] = [record for _, record in kept]
+        columns["record"] = [record.decode() for _, record in kept]
         yield pa.table(columns, schema=schema)
-        after = rows[-1]["seq"]
 
 
 def _read_records(
-    state: ServerState, rows: list[dict[str, Any]], report: ExportReport
-) -> list[str | None]:
-    """The JSON text of each row's record (None for one of a damaged segment: reported)."""
-    out: list[str | None] = []
+    reader: RecordReader, rows: list[dict[str, Any]], report: ExportReport
+) -> list[bytes | None]:
+    """Each row's record (None for one that is not the stored one: counted in `report`)."""
+    out: list[bytes | None] = []
     damaged: dict[str, tuple[int, str]] = {}
     for row in rows:
         try:
-            out.append(read_record(state.blobs, row).decode())
+            out.append(reader.record(Location.of(row)))
         except DamagedSegment as exc:
-            count, _ = damaged.get(exc.blob_key, (0, exc.reason))
-            damaged[exc.blob_key] = (count + 1, exc.reason)
+            count, reason = damaged.get(exc.blob_key, (0, exc.reason))
+            damaged[exc.blob_key] = (count + 1, reason)
             out.append(None)
     for key, (count, reason) in damaged.items():
         report.skip(key, count, reason)

@@ -213,9 +213,7 @@ async def timeline(
 
 
 def _location(row: dict[str, Any]) -> Location:
-    return Location(
-        row["blob_key"], row["frame_offset"], row["frame_length"], row["offset"], row["length"]
-    )
+    return Location.of(row)
 
 
 def _texts(state: ServerState, rows: list[dict[str, Any] | None]) -> list[list[tuple[str, str]]]:

@@ -44,6 +44,7 @@ __all__ = [
     "INDEX_COLUMNS",
     "SORTS",
     "add_segment",
+    "frame_digests",
     "list_episodes",
     "locate",
     "mark_trained",
@@ -268,11 +269,19 @@ def list_episodes(
 
 
 def locate(conn: Connection, run_seq: int, episode_id: str) -> dict[str, Any] | None:
-    """Where a record is stored. An id is indexed once per stream; should both streams hold
-    it, or an older server have indexed it twice, the first stored answers, so what was
-    acknowledged never changes."""
+    """Where a record is stored, and its frames' digest. An id is indexed once per stream;
+    should both streams hold it, or an older server have indexed it twice, the first stored
+    answers, so what was acknowledged never changes."""
     query = (
-        select(_e.c.frame_offset, _e.c.frame_length, _e.c.offset, _e.c.length, segments.c.blob_key)
+        select(
+            _e.c.episode_id,
+            _e.c.frame_offset,
+            _e.c.frame_length,
+            _e.c.offset,
+            _e.c.length,
+            _e.c.frames_digest,
+            segments.c.blob_key,
+        )
         .join(segments, segments.c.id == _e.c.segment_id)
         .where(_e.c.run_seq == run_seq, _e.c.episode_id == episode_id)
         .order_by(_e.c.seq)
@@ -328,8 +337,8 @@ def page_for_export(
     limit: int,
     **filters: Any,
 ) -> list[dict[str, Any]]:
-    """Index rows in storage order with their locations, for exports; `filters`: kind, subset,
-    env, ok."""
+    """Index rows in storage order with their locations and digests, for exports; `filters`:
+    kind, subset, env, ok, segment_id."""
     query = (
         select(
             *_PUBLIC,
@@ -338,6 +347,7 @@ def page_for_export(
             _e.c.frame_length,
             _e.c.offset,
             _e.c.length,
+            _e.c.frames_digest,
             segments.c.blob_key,
         )
         .join(segments, segments.c.id == _e.c.segment_id)
@@ -357,3 +367,18 @@ def segments_of(conn: Connection, run_seq: int, stream: str) -> list[tuple[str, 
         .order_by(segments.c.id)
     )
     return [(key, records, ignored or 0, sid) for key, records, ignored, sid in conn.execute(query)]
+
+
+def frame_digests(conn: Connection) -> dict[str, set[tuple[int, int, bytes]]]:
+    """{segment blob key: its indexed frames (offset, length, digest)}, of every row with a
+    digest (migration 0012), for `openruns server check --verify`."""
+    query = (
+        select(_e.c.frame_offset, _e.c.frame_length, _e.c.frames_digest, segments.c.blob_key)
+        .join(segments, segments.c.id == _e.c.segment_id)
+        .where(_e.c.frames_digest.is_not(None))
+        .distinct()
+    )
+    out: dict[str, set[tuple[int, int, bytes]]] = {}
+    for offset, length, digest, key in conn.execute(query):
+        out.setdefault(key, set()).add((offset, length, bytes(digest)))
+    return out

@@ -12,7 +12,8 @@ create it; a change here needs a new numbered migration.
   these instead of every point.
 - metric_time_points: rows logged without a step, one per (metric key, timestamp).
 - segments / episodes: one immutable blob per episodes upload, and one index row per record
-  pointing into it (the zstd frame holding it, and the record's place inside that frame).
+  pointing into it (the zstd frame holding it, and the record's place inside that frame), with
+  the digest of those frames' bytes (migration 0012), checked by every read.
 - annotations: later facts about an episode (the step it was trained at, advantage, ...), from
   any producer, append-only, folded into the episode when it is read.
 - receipts: the answer to every bulk upload, by Idempotency-Key, so a replay stores nothing,
@@ -42,6 +43,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -256,6 +258,10 @@ episodes = Table(
     Column("frame_length", Integer, nullable=False),
     Column("offset", Integer, nullable=False),
     Column("length", Integer, nullable=False),
+    # BLAKE2b-128 of the blob's bytes frame_offset..+frame_length as stored at ingest: every
+    # read checks it before decompressing (migration 0012; null on rows indexed before it,
+    # whose reads verify the frames' checksums instead). See segment_reads.py.
+    Column("frames_digest", LargeBinary(16)),
     Index("ix_episodes_run_step", "run_seq", "stream", "step", "reward", "trained_step"),
     Index("ix_episodes_run_id", "run_seq", "episode_id"),
     Index("ix_episodes_run_kind_step", "run_seq", "stream", "kind", "step"),

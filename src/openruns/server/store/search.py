@@ -63,6 +63,7 @@ _LOCATION = (
     _e.c.frame_length,
     _e.c.offset,
     _e.c.length,
+    _e.c.frames_digest,
     segments.c.blob_key,
 )
 

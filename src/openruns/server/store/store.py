@@ -378,9 +378,6 @@ class Store:
             )
         )
 
-    async def segments_of(self, run_seq: int, stream: str) -> list[tuple[str, int, int, int]]:
-        return await self.db.read(episodes.segments_of, run_seq, stream)
-
     # -- the Prime wire (server/prime/; SQL in prime.py) ------------------------------------
 
     async def prime_environment(self, team_id: str, owner: str, name: str) -> dict[str, Any]:
