@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from .upload import fork
+from . import fork
 
 __all__ = [
     "MAX_LINE_CHARS",

@@ -23,7 +23,7 @@ Every exception openruns raises, grouped by cause.
                                     server, a certificate refused): not transient
 
 What a failed request means for its caller (replay it later, give it up, or stop) is decided
-in one place: `openruns.upload.wire.disposition`.
+in one place: `openruns.wire.disposition`.
 
 The prime-runs names (PrimeRunsError, ValidationRejectedError, LineFormatConflictError) are
 aliases, so `except` clauses written for prime-runs catch the same failures. One difference:

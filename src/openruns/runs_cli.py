@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _client(args: argparse.Namespace) -> Any:
     from .cli import server_settings
-    from .upload.wire import WireClient
+    from .wire import WireClient
 
     settings = server_settings(args)
     return WireClient.from_settings(settings), settings
@@ -118,7 +118,7 @@ def _client(args: argparse.Namespace) -> Any:
 
 def _call(client: Any, call: Any) -> Any:
     """`call(client)`, retried for the retry_timeout setting when the server is busy or away."""
-    from .upload.wire import retrying
+    from .wire import retrying
 
     return retrying(lambda: call(client), deadline=time.monotonic() + client.retry_timeout)
 

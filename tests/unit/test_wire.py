@@ -31,7 +31,7 @@ from openruns.errors import (
     UnauthorizedError,
     error_for_status,
 )
-from openruns.upload.wire import (
+from openruns.wire import (
     MAX_RETRY_AFTER,
     Disposition,
     WireClient,

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import fork
 from ..errors import (
     APIError,
     ConfigurationError,
@@ -29,9 +30,8 @@ from ..rundir import Spool, new_writer_id, remove_delivered
 from ..settings import DEFAULT_DIR, Settings
 from ..sinks.server import ServerSink
 from ..spec import RunStatus
-from ..upload import fork
 from ..upload.stats import Stats
-from ..upload.wire import Disposition, WireClient, disposition, retrying
+from ..wire import Disposition, WireClient, disposition, retrying
 from .offline import OfflineBackend
 
 __all__ = ["ServerBackend"]

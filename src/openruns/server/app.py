@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from .. import __version__
+from .._version import __version__
 from . import api_docs, search_indexer
 from .config import ServerSettings
 from .errors import ApiError

@@ -33,8 +33,9 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from ..batches import BATCH_CONTENT_TYPE
-from ..errors import (
+from ._version import __version__
+from .batches import BATCH_CONTENT_TYPE
+from .errors import (
     APIError,
     APITimeoutError,
     ForbiddenError,
@@ -45,7 +46,7 @@ from ..errors import (
     UnauthorizedError,
     error_for_status,
 )
-from ..rundir import upload_target
+from .rundir import upload_target
 
 __all__ = [
     "BATCH_CONTENT_TYPE",
@@ -207,7 +208,7 @@ class WireClient:
         self._client.close()
 
     def _new_client(self) -> httpx.Client:
-        headers = {"User-Agent": f"openruns/{_version()} python/{platform.python_version()}"}
+        headers = {"User-Agent": f"openruns/{__version__} python/{platform.python_version()}"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return httpx.Client(
@@ -389,9 +390,3 @@ def _retry_after(value: str | None) -> float | None:
             return None
         seconds = when.timestamp() - time.time()
     return min(MAX_RETRY_AFTER, max(0.0, seconds))
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return __version__
