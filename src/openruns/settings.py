@@ -10,7 +10,6 @@ The config file is TOML: `$OPENRUNS_CONFIG_FILE`, else `$XDG_CONFIG_HOME/openrun
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -18,6 +17,15 @@ from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from .config_layers import (
+    FALSE_WORDS,
+    TRUE_WORDS,
+    first_layer,
+    openruns_path,
+    parse_bool,
+    read_config_file,
+    refuse_unknown_keys,
+)
 from .errors import ConfigurationError
 
 __all__ = [
@@ -44,8 +52,6 @@ _PRIME_ENV = {
     "team_id": ("PRIME_TEAM_ID",),
     "mode": (MODE_ENV,),
 }
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
 
 Mode = Literal["online", "offline", "disabled"]
 OnError = Literal["warn", "raise"]
@@ -127,29 +133,24 @@ class Settings:
     ) -> Settings:
         """Resolve from `arguments` (None means not given), environment, config file, defaults."""
         env = os.environ if environ is None else environ
-        file_values = _read_config_file(config_file or config_file_path(env))
-        known = {f.name for f in fields(cls)}
-        unknown = set(file_values) - known
-        if unknown:
-            raise ConfigurationError(
-                f"config file {config_file_path(env)}: unknown keys {sorted(unknown)}; "
-                f"known keys are {sorted(known)}"
-            )
+        path = config_file or config_file_path(env)
+        file_values = read_config_file(path, ConfigurationError)
+        names = [f.name for f in fields(cls) if f.name != "origins"]
+        refuse_unknown_keys(file_values, names, path, ConfigurationError)
         values: dict[str, Any] = {}
         origins: dict[str, str] = {}
-        for f in fields(cls):
-            if f.name == "origins":
-                continue
-            given = arguments.get(f.name)
-            names = (f"OPENRUNS_{f.name.upper()}", *_PRIME_ENV.get(f.name, ()))
-            env_name = next((n for n in names if env.get(n)), None)
-            if given is not None:
-                values[f.name], origins[f.name] = given, f"the {f.name}= argument"
-            elif env_name is not None:
-                values[f.name], origins[f.name] = env[env_name], env_name
-            elif f.name in file_values:
-                values[f.name] = file_values[f.name]
-                origins[f.name] = f"{f.name} in {config_file_path(env)}"
+        for name in names:
+            found = first_layer(
+                name,
+                arguments.get(name),
+                f"the {name}= argument",
+                env,
+                (f"OPENRUNS_{name.upper()}", *_PRIME_ENV.get(name, ())),
+                file_values,
+                path,
+            )
+            if found is not None:
+                values[name], origins[name] = found
         if "mode" not in values:
             values["mode"] = "online" if values.get("base_url") else "offline"
         values = _validated(values, origins)
@@ -161,21 +162,7 @@ class Settings:
 
 
 def config_file_path(environ: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if environ is None else environ
-    if env.get("OPENRUNS_CONFIG_FILE"):
-        return Path(env["OPENRUNS_CONFIG_FILE"])
-    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "openruns" / "config.toml"
-
-
-def _read_config_file(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        return {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigurationError(f"config file {path}: {exc}") from exc
+    return openruns_path(environ, "OPENRUNS_CONFIG_FILE", "config", "config.toml")
 
 
 # API roots a base URL may end in, stripped to the server's own URL: prime-runs' rule (its
@@ -278,12 +265,10 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _flag(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE or text in _FALSE:
-        return text in _TRUE
-    raise _Invalid(name, f"{name} must be true or false, got {value!r}")
+    try:
+        return parse_bool(value)
+    except ValueError:
+        raise _Invalid(name, f"{name} must be true or false, got {value!r}") from None
 
 
 def traces_opt_out(argument: bool | None, environ: Mapping[str, str] | None = None) -> bool:
@@ -300,8 +285,8 @@ def traces_opt_out(argument: bool | None, environ: Mapping[str, str] | None = No
     value = (env.get(TRACES_OPT_OUT_ENV) or "").strip().lower()
     if not value:
         return False
-    if value in _TRUE or value in _FALSE:
-        return value in _TRUE
+    if value in TRUE_WORDS or value in FALSE_WORDS:
+        return parse_bool(value)
     raise ConfigurationError(
         f"{TRACES_OPT_OUT_ENV}={env[TRACES_OPT_OUT_ENV]!r} is not one of true or false"
     )

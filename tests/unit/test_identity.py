@@ -52,3 +52,7 @@ def test_the_server_checks_the_sdks_rule():
         except ApiError:
             server_refuses = True
         assert server_refuses == sdk_refuses, candidate
+    # One message too: the server answers the SDK's words.
+    with pytest.raises(ApiError) as raised:
+        check_run_id("a/b")
+    assert raised.value.message == identity.invalid_run_id("a/b")
