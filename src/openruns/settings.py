@@ -57,7 +57,15 @@ Mode = Literal["online", "offline", "disabled"]
 OnError = Literal["warn", "raise"]
 
 _MODES = ("online", "offline", "disabled")
-_NONZERO = ("max_queued_records", "upload_buffer_bytes", "request_timeout", "connect_timeout")
+# The waits `connect_timeout` used to set alone (issue 23): each defaults to its value.
+_CONNECT_DEFAULTED = ("init_timeout", "silent_server_timeout", "metadata_timeout")
+_NONZERO = (
+    "max_queued_records",
+    "upload_buffer_bytes",
+    "request_timeout",
+    "connect_timeout",
+    *_CONNECT_DEFAULTED,
+)
 # Not "openruns": a directory of that name in the working directory would shadow the package
 # for `import openruns` in any interpreter that does not have it installed.
 DEFAULT_DIR = "openruns-runs"
@@ -89,9 +97,16 @@ class Settings:
       waiting to be compressed, compressed batches waiting or in flight); beyond it the encoder
       waits, and new batches go to the spool when the server is down. Default 96 MiB.
     - `request_timeout`: seconds one HTTP request to the server may take. Default 60.
-    - `connect_timeout`: seconds to wait for the server to answer at all: one connection; how
-      long init() tries to reach it before opening the run without it; how long finish() waits
-      for a server that answers nothing before leaving the rest in the spool. Default 10.
+    - `connect_timeout`: seconds to open one connection to the server. Default 10. Also the
+      default of the three waits below, which it set alone before they were split from it.
+    - `init_timeout`: seconds init() tries to reach the server (its /health, then creating the
+      run) before opening the run without it, its records waiting in the spool; a refused
+      connection is not waited for. Default: `connect_timeout`.
+    - `silent_server_timeout`: seconds finish() keeps trying a server that answers nothing
+      before leaving what is left in the spool for `openruns sync`. Default: `connect_timeout`.
+    - `metadata_timeout`: seconds one small call about the run may take, retries included: the
+      summary at flush(), step metrics, fields filled in, an attached process's reported error,
+      the status another process closed the run with. Default: `connect_timeout`.
     - `retry_timeout`: seconds a failed call is retried (backoff with jitter, Retry-After
       honoured) before it counts as failed: a read raises, `openruns sync` reports it. Uploads
       are never given up this way: a batch the server cannot take waits in the spool. Default 30.
@@ -117,6 +132,9 @@ class Settings:
     upload_buffer_bytes: int = 96 * 1024**2
     request_timeout: float = 60.0
     connect_timeout: float = 10.0
+    init_timeout: float = 10.0
+    silent_server_timeout: float = 10.0
+    metadata_timeout: float = 10.0
     retry_timeout: float = 30.0
     system_metrics_interval: float = 10.0
     capture_console: bool = True
@@ -151,6 +169,10 @@ class Settings:
             )
             if found is not None:
                 values[name], origins[name] = found
+        for name in _CONNECT_DEFAULTED:
+            if name not in values and "connect_timeout" in values:
+                values[name] = values["connect_timeout"]
+                origins[name] = origins["connect_timeout"]
         if "mode" not in values:
             values["mode"] = "online" if values.get("base_url") else "offline"
         values = _validated(values, origins)
@@ -232,6 +254,9 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
         ("upload_buffer_bytes", int),
         ("request_timeout", float),
         ("connect_timeout", float),
+        ("init_timeout", float),
+        ("silent_server_timeout", float),
+        ("metadata_timeout", float),
         ("retry_timeout", float),
     ):
         if name in values:

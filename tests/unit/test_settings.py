@@ -135,3 +135,40 @@ def test_prime_variables_are_fallbacks_after_openruns_ones(tmp_path):
     )
     assert Settings.resolve({}, {"PRIME_BASE_URL": "http://b"}, missing).base_url == "http://b"
     assert Settings.resolve({"api_key": "arg"}, prime, missing).api_key == "arg"
+
+
+# -- the waits connect_timeout stood for (issue 23) -----------------------------------------
+
+WAITS = ("init_timeout", "silent_server_timeout", "metadata_timeout")
+
+
+def test_each_wait_defaults_to_connect_timeout_and_can_be_set_alone(tmp_path):
+    defaults = _resolve(tmp_path)
+    assert [getattr(defaults, w) for w in ("connect_timeout", *WAITS)] == [10.0] * 4
+    # A job that sets only connect_timeout waits as before: every wait follows it.
+    s = _resolve(tmp_path, env={"OPENRUNS_CONNECT_TIMEOUT": "3"})
+    assert [getattr(s, w) for w in ("connect_timeout", *WAITS)] == [3.0] * 4
+    assert s.origin("init_timeout") == "OPENRUNS_CONNECT_TIMEOUT"
+    s = _resolve(
+        tmp_path,
+        env={"OPENRUNS_CONNECT_TIMEOUT": "3", "OPENRUNS_INIT_TIMEOUT": "0.5"},
+        file_text="metadata_timeout = 20\nconnect_timeout = 99\n",
+    )
+    assert (s.connect_timeout, s.init_timeout, s.silent_server_timeout, s.metadata_timeout) == (
+        3.0,
+        0.5,
+        3.0,
+        20.0,
+    )
+    assert s.origin("metadata_timeout").startswith("metadata_timeout in ")
+
+
+@pytest.mark.parametrize("name", WAITS)
+def test_a_wait_must_be_a_positive_number_named_with_what_set_it(tmp_path, name):
+    variable = f"OPENRUNS_{name.upper()}"
+    with pytest.raises(
+        ConfigurationError, match=rf"{name} must be positive.*\(set by {variable}\)"
+    ):
+        _resolve(tmp_path, env={variable: "0"})
+    with pytest.raises(ConfigurationError, match=f"{name} must be a number"):
+        _resolve(tmp_path, file_text=f'{name} = "soon"\n')
