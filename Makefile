@@ -1,5 +1,9 @@
 # Developer shortcuts; CI and the README use scripts/test directly.
-.PHONY: test lint bench load-test load-test-full screenshots
+.PHONY: unit test lint bench load-test load-test-full screenshots
+
+# The fast tier (tests/unit, seconds): run it on every edit.
+unit:
+	bash scripts/test --unit
 
 test:
 	bash scripts/test

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from . import metrics, projection
 from ._init import init
+from ._version import __version__
 from .errors import (
     APIError,
     APITimeoutError,
@@ -43,8 +44,6 @@ from .spec import (
     RunStatus,
     TrainingSpec,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "APIError",

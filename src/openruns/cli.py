@@ -8,7 +8,7 @@ import importlib
 import sys
 from typing import Any, TextIO
 
-from . import __version__
+from ._version import __version__
 
 __all__ = [
     "add_json_option",

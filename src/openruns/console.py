@@ -43,8 +43,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from . import fork
 from .spec import MAX_LOG_LINE_CHARS, cut_text
-from .upload import fork
 
 __all__ = [
     "MAX_LINE_CHARS",

@@ -22,7 +22,8 @@ Every exception openruns raises, grouped by cause.
             └── TLSError            the TLS handshake failed (https:// to a plain HTTP
                                     server, a certificate refused): not transient
 
-`is_transient(exc)` tells whether a failed request is worth replaying later.
+What a failed request means for its caller (replay it later, give it up, or stop) is decided
+in one place: `openruns.wire.disposition`.
 
 The prime-runs names (PrimeRunsError, ValidationRejectedError, LineFormatConflictError) are
 aliases, so `except` clauses written for prime-runs catch the same failures. One difference:
@@ -52,7 +53,6 @@ __all__ = [
     "UnauthorizedError",
     "ValidationRejectedError",
     "error_for_status",
-    "is_transient",
 ]
 
 
@@ -168,8 +168,3 @@ def error_for_status(
     if cls is RetryableAPIError:
         return RetryableAPIError(message, status_code, code, retry_after)
     return cls(message, status_code, code)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True when the same request may succeed later (server busy, gateway, network)."""
-    return isinstance(exc, (RetryableAPIError, TransportError)) and not isinstance(exc, TLSError)

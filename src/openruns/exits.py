@@ -33,15 +33,29 @@ import signal
 import sys
 import threading
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from . import fork
 from .spec import RunStatus
-from .upload import fork
 
-if TYPE_CHECKING:
-    from .run import Run
+__all__ = ["OpenRun", "closed", "opened"]
 
-__all__ = ["closed", "opened"]
+
+class OpenRun(Protocol):
+    """What the exit paths ask of an open run (run.Run is one): close it without raising,
+    within `timeout` seconds (None: its own budget). `fatal` is the uncaught exception that
+    ends the process, described for the run's owner; `exception` is that exception, whose
+    traceback goes to the run's console output."""
+
+    def _finish_quietly(
+        self,
+        status: RunStatus,
+        error: str,
+        timeout: float | None,
+        fatal: str | None = None,
+        exception: BaseException | None = None,
+    ) -> None: ...
+
 
 # After SIGTERM a run is closed within this (or finish_timeout, if smaller), not the whole drain
 # budget: a scheduler's grace is often 30 s (SLURM KillWait, Kubernetes), and a component of
@@ -50,7 +64,7 @@ __all__ = ["closed", "opened"]
 SIGNAL_DRAIN_SECONDS = 12.0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-_open: dict[int, Run] = {}
+_open: dict[int, OpenRun] = {}
 _previous: dict[int, Any] = {}
 _uncaught: BaseException | None = None
 _interrupted = False  # a SIGINT arrived: a run still open at exit is cancelled
@@ -58,7 +72,7 @@ _atexit_registered = False
 _lock = threading.RLock()
 
 
-def opened(run: Run) -> None:
+def opened(run: OpenRun) -> None:
     """Track `run` until closed(); install the process hooks on first use."""
     global _atexit_registered
     with _lock:
@@ -70,7 +84,7 @@ def opened(run: Run) -> None:
         _install_signal_handlers()
 
 
-def closed(run: Run) -> None:
+def closed(run: OpenRun) -> None:
     with _lock:
         _open.pop(id(run), None)
         if not _open:

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import exits
+from . import exits, fork
 from .backends.base import Backend
 from .backends.offline import add_writers_losses
 from .errors import ConflictError, OpenrunsError, RunFinishedError
@@ -40,7 +40,6 @@ from .ownership import Ownership
 from .records import WithDefaults, clean_finite
 from .settings import Settings
 from .spec import MAX_ERROR_CHARS, MAX_STEP, ConfigSource, RunStatus, cut_text
-from .upload import fork
 from .upload.pipeline import Pipeline
 
 if TYPE_CHECKING:

@@ -115,7 +115,7 @@ def _one_line(exc: Exception) -> str:
 
 def _client(args: argparse.Namespace) -> Any:
     from .cli import server_settings
-    from .upload.wire import WireClient
+    from .wire import WireClient
 
     settings = server_settings(args)
     return WireClient.from_settings(settings), settings
@@ -123,7 +123,7 @@ def _client(args: argparse.Namespace) -> Any:
 
 def _call(client: Any, call: Any) -> Any:
     """`call(client)`, retried for the retry_timeout setting when the server is busy or away."""
-    from .upload.wire import retrying
+    from .wire import retrying
 
     return retrying(lambda: call(client), deadline=time.monotonic() + client.retry_timeout)
 

@@ -10,7 +10,6 @@ The config file is TOML: `$OPENRUNS_CONFIG_FILE`, else `$XDG_CONFIG_HOME/openrun
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -18,6 +17,15 @@ from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from .config_layers import (
+    FALSE_WORDS,
+    TRUE_WORDS,
+    first_layer,
+    openruns_path,
+    parse_bool,
+    read_config_file,
+    refuse_unknown_keys,
+)
 from .errors import ConfigurationError
 
 __all__ = [
@@ -44,14 +52,20 @@ _PRIME_ENV = {
     "team_id": ("PRIME_TEAM_ID",),
     "mode": (MODE_ENV,),
 }
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
 
 Mode = Literal["online", "offline", "disabled"]
 OnError = Literal["warn", "raise"]
 
 _MODES = ("online", "offline", "disabled")
-_NONZERO = ("max_queued_records", "upload_buffer_bytes", "request_timeout", "connect_timeout")
+# The waits `connect_timeout` used to set alone (issue 23): each defaults to its value.
+_CONNECT_DEFAULTED = ("init_timeout", "silent_server_timeout", "metadata_timeout")
+_NONZERO = (
+    "max_queued_records",
+    "upload_buffer_bytes",
+    "request_timeout",
+    "connect_timeout",
+    *_CONNECT_DEFAULTED,
+)
 # Not "openruns": a directory of that name in the working directory would shadow the package
 # for `import openruns` in any interpreter that does not have it installed.
 DEFAULT_DIR = "openruns-runs"
@@ -83,9 +97,16 @@ class Settings:
       waiting to be compressed, compressed batches waiting or in flight); beyond it the encoder
       waits, and new batches go to the spool when the server is down. Default 96 MiB.
     - `request_timeout`: seconds one HTTP request to the server may take. Default 60.
-    - `connect_timeout`: seconds to wait for the server to answer at all: one connection; how
-      long init() tries to reach it before opening the run without it; how long finish() waits
-      for a server that answers nothing before leaving the rest in the spool. Default 10.
+    - `connect_timeout`: seconds to open one connection to the server. Default 10. Also the
+      default of the three waits below, which it set alone before they were split from it.
+    - `init_timeout`: seconds init() tries to reach the server (its /health, then creating the
+      run) before opening the run without it, its records waiting in the spool; a refused
+      connection is not waited for. Default: `connect_timeout`.
+    - `silent_server_timeout`: seconds finish() keeps trying a server that answers nothing
+      before leaving what is left in the spool for `openruns sync`. Default: `connect_timeout`.
+    - `metadata_timeout`: seconds one small call about the run may take, retries included: the
+      summary at flush(), step metrics, fields filled in, an attached process's reported error,
+      the status another process closed the run with. Default: `connect_timeout`.
     - `retry_timeout`: seconds a failed call is retried (backoff with jitter, Retry-After
       honoured) before it counts as failed: a read raises, `openruns sync` reports it. Uploads
       are never given up this way: a batch the server cannot take waits in the spool. Default 30.
@@ -111,6 +132,9 @@ class Settings:
     upload_buffer_bytes: int = 96 * 1024**2
     request_timeout: float = 60.0
     connect_timeout: float = 10.0
+    init_timeout: float = 10.0
+    silent_server_timeout: float = 10.0
+    metadata_timeout: float = 10.0
     retry_timeout: float = 30.0
     system_metrics_interval: float = 10.0
     capture_console: bool = True
@@ -127,29 +151,28 @@ class Settings:
     ) -> Settings:
         """Resolve from `arguments` (None means not given), environment, config file, defaults."""
         env = os.environ if environ is None else environ
-        file_values = _read_config_file(config_file or config_file_path(env))
-        known = {f.name for f in fields(cls)}
-        unknown = set(file_values) - known
-        if unknown:
-            raise ConfigurationError(
-                f"config file {config_file_path(env)}: unknown keys {sorted(unknown)}; "
-                f"known keys are {sorted(known)}"
-            )
+        path = config_file or config_file_path(env)
+        file_values = read_config_file(path, ConfigurationError)
+        names = [f.name for f in fields(cls) if f.name != "origins"]
+        refuse_unknown_keys(file_values, names, path, ConfigurationError)
         values: dict[str, Any] = {}
         origins: dict[str, str] = {}
-        for f in fields(cls):
-            if f.name == "origins":
-                continue
-            given = arguments.get(f.name)
-            names = (f"OPENRUNS_{f.name.upper()}", *_PRIME_ENV.get(f.name, ()))
-            env_name = next((n for n in names if env.get(n)), None)
-            if given is not None:
-                values[f.name], origins[f.name] = given, f"the {f.name}= argument"
-            elif env_name is not None:
-                values[f.name], origins[f.name] = env[env_name], env_name
-            elif f.name in file_values:
-                values[f.name] = file_values[f.name]
-                origins[f.name] = f"{f.name} in {config_file_path(env)}"
+        for name in names:
+            found = first_layer(
+                name,
+                arguments.get(name),
+                f"the {name}= argument",
+                env,
+                (f"OPENRUNS_{name.upper()}", *_PRIME_ENV.get(name, ())),
+                file_values,
+                path,
+            )
+            if found is not None:
+                values[name], origins[name] = found
+        for name in _CONNECT_DEFAULTED:
+            if name not in values and "connect_timeout" in values:
+                values[name] = values["connect_timeout"]
+                origins[name] = origins["connect_timeout"]
         if "mode" not in values:
             values["mode"] = "online" if values.get("base_url") else "offline"
         values = _validated(values, origins)
@@ -161,21 +184,7 @@ class Settings:
 
 
 def config_file_path(environ: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if environ is None else environ
-    if env.get("OPENRUNS_CONFIG_FILE"):
-        return Path(env["OPENRUNS_CONFIG_FILE"])
-    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "openruns" / "config.toml"
-
-
-def _read_config_file(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        return {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigurationError(f"config file {path}: {exc}") from exc
+    return openruns_path(environ, "OPENRUNS_CONFIG_FILE", "config", "config.toml")
 
 
 # API roots a base URL may end in, stripped to the server's own URL: prime-runs' rule (its
@@ -245,6 +254,9 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
         ("upload_buffer_bytes", int),
         ("request_timeout", float),
         ("connect_timeout", float),
+        ("init_timeout", float),
+        ("silent_server_timeout", float),
+        ("metadata_timeout", float),
         ("retry_timeout", float),
     ):
         if name in values:
@@ -278,12 +290,10 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _flag(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE or text in _FALSE:
-        return text in _TRUE
-    raise _Invalid(name, f"{name} must be true or false, got {value!r}")
+    try:
+        return parse_bool(value)
+    except ValueError:
+        raise _Invalid(name, f"{name} must be true or false, got {value!r}") from None
 
 
 def traces_opt_out(argument: bool | None, environ: Mapping[str, str] | None = None) -> bool:
@@ -300,8 +310,8 @@ def traces_opt_out(argument: bool | None, environ: Mapping[str, str] | None = No
     value = (env.get(TRACES_OPT_OUT_ENV) or "").strip().lower()
     if not value:
         return False
-    if value in _TRUE or value in _FALSE:
-        return value in _TRUE
+    if value in TRUE_WORDS or value in FALSE_WORDS:
+        return parse_bool(value)
     raise ConfigurationError(
         f"{TRACES_OPT_OUT_ENV}={env[TRACES_OPT_OUT_ENV]!r} is not one of true or false"
     )

@@ -37,7 +37,7 @@ from .rundir import (
 )
 from .settings import DEFAULT_DIR
 from .spec import MAX_ERROR_CHARS, RunStatus, cut_text
-from .upload.wire import Disposition, WireClient, disposition, retrying
+from .wire import Disposition, WireClient, disposition, retrying
 
 __all__ = ["SyncResult", "add_arguments", "find_run_dirs", "run", "sync_run"]
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from .upload import fork
+from . import fork
 
 __all__ = ["GpuSampler", "SystemSampler", "process_prefix", "start_sampler"]
 

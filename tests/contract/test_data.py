@@ -143,7 +143,7 @@ def test_an_offline_run_syncs_its_annotations_and_time_keyed_rows(server, api, t
     run.log_metrics({"inference/queue": 4.0})
     run.finish()
     from openruns.sync import sync_run
-    from openruns.upload.wire import WireClient
+    from openruns.wire import WireClient
 
     client = WireClient(server.url, None)
     try:

@@ -17,7 +17,7 @@ import pytest
 
 from openruns.server import serve_in_thread
 from openruns.sync import sync_run
-from openruns.upload.wire import WireClient
+from openruns.wire import WireClient
 
 from .. import patience
 

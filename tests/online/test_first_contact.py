@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 
@@ -125,3 +126,27 @@ def test_sync_counts_in_words_and_draws_no_empty_progress_bar(server, tmp_path):
     assert f"{run.id}: 1 batch (1 record) uploaded, 0 already there" in first.stdout
     assert f"{run.id}: 0 batches (0 records) uploaded, 1 already there" in second.stdout
     assert "1/1" in first.stderr and "0/0" not in second.stderr
+
+
+def test_the_waits_split_from_connect_timeout_hold_on_their_own(tmp_path, monkeypatch, caplog):
+    """
+    A server that takes connections and never answers, `connect_timeout` an hour and the waits
+    split from it (issue 23) short: init() opens the run without the server after
+    `init_timeout`, finish() leaves the record in the spool after `silent_server_timeout`, the
+    small calls end after `metadata_timeout`. Were any still held by connect_timeout, the test
+    would run into its own timeout instead of passing.
+    """
+    monkeypatch.setenv("OPENRUNS_CONNECT_TIMEOUT", AN_HOUR)
+    for name in ("INIT", "SILENT_SERVER", "METADATA", "REQUEST", "RETRY"):
+        monkeypatch.setenv(f"OPENRUNS_{name}_TIMEOUT", "1")
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # listens; never accepts, never answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with caplog.at_level(logging.WARNING, logger="openruns"):
+            run = openruns.init(kind="eval", base_url=url, dir=tmp_path / "local")
+            run.log_metrics({"loss": 0.5}, step=0)
+            run.finish()
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "did not answer" in said and f"openruns sync {run.dir}" in said
+    assert (run.dropped_records, run.spooled_records) == (0, 1)
+    rows = list(iter_stream(run.dir, "metrics"))
+    assert [(r["step"], r["values"]) for r in rows] == [(0, {"loss": 0.5})]

@@ -222,7 +222,7 @@ def test_offline_run_synced_to_a_server(server, tmp_path):
     run.log_episodes([_episode(i, i) for i in range(12)])
     run.fail("RuntimeError: diverged")
     from openruns.sync import sync_run
-    from openruns.upload.wire import WireClient
+    from openruns.wire import WireClient
 
     wire = WireClient(server.url, None)
     try:

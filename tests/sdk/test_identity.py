@@ -13,12 +13,6 @@ from openruns.settings import DEFAULT_DIR
 from .helpers import python, records, run_json
 
 
-def test_run_ids_are_unique_and_sort_by_creation():
-    ids = [new_run_id() for _ in range(1000)]
-    assert len(set(ids)) == 1000
-    assert all(len(i) == 24 and i.isalnum() and i.islower() for i in ids)
-
-
 def test_init_exports_the_run_with_the_owner_pid(tmp_path):
     run = openruns.init(mode="offline", dir=tmp_path)
     assert os.environ["OPENRUNS_RUN_ID"] == run.id
@@ -148,44 +142,8 @@ def test_rank_zero_creates(tmp_path):
     assert child.stdout.strip() == "False", child.stderr
 
 
-@pytest.mark.parametrize(
-    "bad", [".", "..", "a/b", "../etc", "-rf", ".hidden", "a b", "x" * 65, "run\n", "", "é"]
-)
-def test_an_id_outside_the_safe_alphabet_is_refused_at_once(tmp_path, bad):
-    with pytest.raises(ValueError, match=r"^id: run id .* is not valid: use 1 to 64 letters"):
-        openruns.init(id=bad, mode="offline", dir=tmp_path)
-    assert not any(tmp_path.iterdir())  # nothing was created
-
-
 def test_the_id_rule_accepts_what_the_server_accepts(tmp_path):
     for good in ("a", "0", "x" * 64, "job-1.retry_2", new_run_id()):
         run = openruns.init(id=good, mode="offline", dir=tmp_path)
         run.finish()
         assert run.id == good
-
-
-def test_an_id_from_run_id_or_the_environment_is_named_in_the_error(tmp_path, monkeypatch):
-    monkeypatch.setenv("RUN_ID", "team/run 7")
-    with pytest.raises(openruns.ConfigurationError, match=r"^id \(the value of RUN_ID\): run id"):
-        openruns.init(id=os.environ["RUN_ID"], mode="offline", dir=tmp_path)
-    monkeypatch.setenv("OPENRUNS_RUN_ID", "../escape")
-    monkeypatch.setenv("OPENRUNS_RUN_PID", "1")  # exported by another process: attach to it
-    with pytest.raises(ValueError, match=r"^OPENRUNS_RUN_ID: run id '../escape' is not valid"):
-        openruns.init(mode="offline", dir=tmp_path)
-    assert not any(tmp_path.iterdir())
-
-
-def test_the_server_checks_the_sdks_rule():
-    pytest.importorskip("fastapi", reason="the server extra holds the server's check")
-    from openruns import identity
-    from openruns.server.errors import ApiError
-    from openruns.server.store.runs import check_run_id
-
-    for candidate in ("ok-1", "a/b", "..", "x" * 65, "job.2", "-x"):
-        sdk_refuses = identity.invalid_run_id(candidate) is not None
-        try:
-            check_run_id(candidate)
-            server_refuses = False
-        except ApiError:
-            server_refuses = True
-        assert server_refuses == sdk_refuses, candidate

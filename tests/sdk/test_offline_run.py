@@ -15,8 +15,8 @@ import pytest
 import openruns
 from openruns.rundir import read_index, read_record, segment_paths
 
+from ..unit.test_records import VerifiersLike
 from .helpers import records, run_json
-from .test_records import VerifiersLike
 
 
 def _episode(i: int, step: int | None = None) -> dict:

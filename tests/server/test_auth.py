@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from openruns.cli import main as openruns_main
-from openruns.server.config import ServerConfigError, ServerSettings
 
 from .helpers import api, create_run, error_of, metric_rows, new_key, upload
 
@@ -83,15 +80,3 @@ def test_rate_limit_answers_429_with_retry_after(make_server, new_stores, capsys
         limited = http.get("/runs")
         assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
         assert limited.json()["error"]["code"] == "rate_limited"
-
-
-def test_auth_is_off_on_loopback_and_required_elsewhere():
-    assert ServerSettings(host="127.0.0.1").auth_enabled() is False
-    assert ServerSettings(host="::1").auth_enabled() is False
-    assert ServerSettings(host="localhost").auth_enabled() is False
-    assert ServerSettings(host="0.0.0.0", auth=True).auth_enabled() is True
-    assert ServerSettings(host="0.0.0.0", insecure=True).auth_enabled() is False
-    with pytest.raises(ServerConfigError, match="--auth .* or --insecure"):
-        ServerSettings(host="0.0.0.0").auth_enabled()
-    with pytest.raises(ServerConfigError):
-        ServerSettings(host="10.1.2.3").auth_enabled()

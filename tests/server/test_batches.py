@@ -14,7 +14,7 @@ from openruns.records import record_kind
 from openruns.server.store.schema import segments
 from openruns.upload.batching import BatchAssembler, FrameCutter
 from openruns.upload.encoder import iter_pieces
-from openruns.upload.wire import WireClient
+from openruns.wire import WireClient
 
 from .helpers import api, create_run, error_of
 

@@ -292,15 +292,6 @@ def _hung_up(caplog) -> int:
     return sum("client hung up" in r.getMessage() for r in caplog.records)
 
 
-def test_the_sdk_keeps_and_retries_what_a_full_disk_refused():
-    """A 507 is transient to the SDK, like a 503: its batch is kept and retried, not rejected."""
-    from openruns.errors import RetryableAPIError, error_for_status, is_transient
-
-    error = error_for_status(507, "the database is out of space", "insufficient_storage", 30)
-    assert isinstance(error, RetryableAPIError) and is_transient(error)
-    assert error.retry_after == 30
-
-
 def test_a_missing_prime_sample_object_is_skipped_and_counted(make_server):
     handle = make_server()
     with httpx.Client(base_url=handle.url + "/api/v1", timeout=30) as http:

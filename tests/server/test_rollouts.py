@@ -14,7 +14,7 @@ import openruns
 import openruns.api
 from openruns.server.store.rewards import quantile
 from openruns.sync import sync_run
-from openruns.upload.wire import WireClient
+from openruns.wire import WireClient
 
 from .helpers import create_run, error_of, metric_rows, ndjson, upload
 

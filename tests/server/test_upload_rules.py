@@ -13,7 +13,7 @@ import pytest
 
 import openruns
 from openruns.batches import BATCH_CONTENT_TYPE, header_frame, parse_header
-from openruns.upload.wire import WireClient
+from openruns.wire import WireClient
 
 from .helpers import api, create_run, error_of, ndjson, upload
 from .test_batches import _batch, _episode

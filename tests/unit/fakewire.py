@@ -1,5 +1,5 @@
 """
-A fake of openruns.upload.wire.WireClient for the upload path's unit tier: the server is a dict
+A fake of openruns.wire.WireClient for the upload path's unit tier: the server is a dict
 in memory, and each call can be made to fail, hang or answer late, in a scripted order.
 
     wire = FakeWire()

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from ..errors import ConfigurationError
 from ..settings import Settings
-from ..upload.wire import WireClient, retrying
+from ..wire import WireClient, retrying
 
 __all__ = ["Client"]
 

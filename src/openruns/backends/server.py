@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import fork
 from ..errors import (
     APIError,
     ConfigurationError,
@@ -29,9 +30,8 @@ from ..rundir import Spool, new_writer_id, remove_delivered
 from ..settings import DEFAULT_DIR, Settings
 from ..sinks.server import ServerSink
 from ..spec import RunStatus
-from ..upload import fork
 from ..upload.stats import Stats
-from ..upload.wire import Disposition, WireClient, disposition, retrying
+from ..wire import Disposition, WireClient, disposition, retrying
 from .offline import OfflineBackend
 
 __all__ = ["ServerBackend"]
@@ -84,7 +84,7 @@ class ServerBackend:
         assert settings.base_url
         wire = WireClient.from_settings(settings)
         started = time.monotonic()
-        deadline = started + settings.connect_timeout
+        deadline = started + settings.init_timeout
         info: dict[str, Any] | None = None
         created: dict[str, Any] | None = None
         try:
@@ -143,7 +143,7 @@ class ServerBackend:
             spool,
             stats,
             memory_bytes=self.settings.upload_buffer_bytes,
-            give_up_after=self.settings.connect_timeout,
+            give_up_after=self.settings.silent_server_timeout,
             silent_since=self._silent_since,
             before_first_send=self._ensure_created if self._metadata is not None else None,
         )
@@ -161,13 +161,13 @@ class ServerBackend:
         if self._metadata is None:
             # One short attempt: flush() is bounded by its caller; finish() sends it again.
             self.wire.patch_run(
-                self.run_id, {"summary": summary}, timeout=self.settings.connect_timeout
+                self.run_id, {"summary": summary}, timeout=self.settings.metadata_timeout
             )
 
     def define_metrics(self, axes: dict[str, str | None]) -> None:
         """PATCH the step metrics, one bounded attempt (kept in run.json too, for sync)."""
         self.local.define_metrics(axes)
-        patience = self.settings.connect_timeout
+        patience = self.settings.metadata_timeout
 
         def send() -> Any:
             self._ensure_created()
@@ -181,7 +181,7 @@ class ServerBackend:
         if self.local.owner:
             self.local.fill(fields)  # so `openruns sync` creates the run with them
 
-        patience = self.settings.connect_timeout
+        patience = self.settings.metadata_timeout
 
         def send() -> Any:
             self._ensure_created()
@@ -192,7 +192,7 @@ class ServerBackend:
     def reported_error(self) -> str | None:
         if self._metadata is not None:
             return None  # never created on the server: nobody could report there
-        patience = self.settings.connect_timeout
+        patience = self.settings.metadata_timeout
         run = retrying(
             lambda: self.wire.get_run(self.run_id, timeout=patience),
             deadline=time.monotonic() + patience,
@@ -247,7 +247,7 @@ class ServerBackend:
 
     def _standing_status(self) -> tuple[RunStatus, str | None]:
         """The status another process closed the run with (read once more, briefly)."""
-        patience = self.settings.connect_timeout
+        patience = self.settings.metadata_timeout
         run = retrying(
             lambda: self.wire.get_run(self.run_id, timeout=patience),
             deadline=time.monotonic() + patience,

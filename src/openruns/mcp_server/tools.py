@@ -24,7 +24,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from .. import __version__
+from .._version import __version__
 from ..api import Client
 from ..errors import OpenrunsError, TransportError
 

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from .. import __version__
+from .._version import __version__
 from . import api_docs, search_indexer
 from .access_log import AccessLog
 from .config import ServerSettings

@@ -21,12 +21,19 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
-import tomllib
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..config_layers import (
+    first_layer,
+    openruns_path,
+    parse_bool,
+    read_config_file,
+    refuse_unknown_keys,
+)
 
 __all__ = [
     "DEFAULT_PORT",
@@ -47,19 +54,11 @@ class ServerConfigError(Exception):
 
 
 def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if environ is None else environ
-    if env.get("OPENRUNS_DATA_DIR"):
-        return Path(env["OPENRUNS_DATA_DIR"])
-    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "openruns"
+    return openruns_path(environ, "OPENRUNS_DATA_DIR", "data")
 
 
 def config_file_path(environ: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if environ is None else environ
-    if env.get("OPENRUNS_SERVER_CONFIG"):
-        return Path(env["OPENRUNS_SERVER_CONFIG"])
-    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "openruns" / "server.toml"
+    return openruns_path(environ, "OPENRUNS_SERVER_CONFIG", "config", "server.toml")
 
 
 def is_loopback(host: str) -> bool:
@@ -329,27 +328,22 @@ class ServerSettings:
         arguments = arguments or {}
         env = os.environ if environ is None else environ
         path = config_file or config_file_path(env)
-        from_file = _read_config_file(path)
+        from_file = read_config_file(path, ServerConfigError)
         specs = setting_specs()
-        unknown = set(from_file) - {s.name for s in specs}
-        if unknown:
-            raise ServerConfigError(
-                f"config file {path}: unknown keys {sorted(unknown)}; "
-                f"known keys are {sorted(s.name for s in specs)}"
-            )
+        refuse_unknown_keys(from_file, [s.name for s in specs], path, ServerConfigError)
         values: dict[str, Any] = {}
         for spec in specs:
-            given = arguments.get(spec.name)
-            variable = f"OPENRUNS_{spec.name.upper()}"
-            if given is not None:
-                raw, source = given, f"--{spec.flag_name}"
-            elif env.get(variable, "") != "":
-                raw, source = env[variable], variable
-            elif spec.name in from_file:
-                raw, source = from_file[spec.name], f"{spec.name} in {path}"
-            else:
-                continue
-            values[spec.field] = spec.parse(raw, source)
+            found = first_layer(
+                spec.name,
+                arguments.get(spec.name),
+                f"--{spec.flag_name}",
+                env,
+                (f"OPENRUNS_{spec.name.upper()}",),
+                from_file,
+                path,
+            )
+            if found is not None:
+                values[spec.field] = spec.parse(*found)
         values.setdefault("data_dir", default_data_dir(env))
         if values.get("auth") and values.get("insecure"):
             raise ServerConfigError("--auth and --insecure contradict each other: pick one")
@@ -420,7 +414,7 @@ class SettingSpec:
         parsed flag), in the setting's unit."""
         try:
             if self.kind is bool:
-                return _parse_bool(raw)
+                return parse_bool(raw)
             if self.kind is Path:
                 return Path(raw)
             if self.kind is str:
@@ -485,24 +479,3 @@ def setting_specs() -> list[SettingSpec]:
             )
         )
     return specs
-
-
-def _parse_bool(raw: Any) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("use true/false, 1/0, yes/no or on/off")
-
-
-def _read_config_file(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        return {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ServerConfigError(f"config file {path}: {exc}") from exc

@@ -43,7 +43,7 @@ from ..batches import Batch
 from ..errors import APIError, TransportError
 from ..rundir import ROW_STREAMS, Spool, SpoolRef
 from ..upload.stats import Stats
-from ..upload.wire import WireClient, backoff_delay, disposition
+from ..wire import WireClient, backoff_delay, disposition
 
 __all__ = ["SENDERS", "Health", "ServerSink", "SinkHealth"]
 

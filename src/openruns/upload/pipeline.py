@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 
+from .. import fork
 from ..batches import Batch
 from ..records import (
     MetricsCleaner,
@@ -49,7 +50,6 @@ from ..records import (
     to_mapping,
 )
 from ..rundir import ROW_STREAMS
-from . import fork
 from .batching import BatchAssembler, FrameCutter, FrameInput
 from .encoder import Coercer, Piece, encode_metrics_row, encode_row, iter_pieces, yield_gil
 from .queue import ByteQueue, Item, RecordQueue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from ... import __version__
+from ..._version import __version__
 from ..body import ENCODINGS
 from ..handlers import JSON
 from ..models import Health

@@ -18,13 +18,12 @@ sweeper) and `status_history` every change after creation, so the run shows both
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import orjson
 from sqlalchemy import Connection, RowMapping, and_, delete, insert, or_, select, update
 
-from ...identity import MAX_RUN_ID_CHARS, RUN_ID_PATTERN  # the SDK's rule, written once
+from ...identity import RUN_ID_PATTERN, invalid_run_id  # the SDK's rule, written once
 from ...spec import RunStatus
 from ..errors import ApiError, bad_request, conflict
 from . import metrics
@@ -71,17 +70,12 @@ _OPEN_TO_OWNER = or_(
 TERMINAL = tuple(s.value for s in RunStatus if s.is_terminal())
 NO_LOSSES = {"dropped_records": 0, "failed_records": {}}
 DEFAULT_PROJECT = "default"  # the project of a run created without one (issue 19)
-_RUN_ID = re.compile(RUN_ID_PATTERN)
 
 
 def check_run_id(run_id: str) -> None:
-    """400 naming the rule unless `run_id` is a valid client-chosen run id."""
-    if not _RUN_ID.fullmatch(run_id):
-        raise bad_request(
-            "invalid_run_id",
-            f"run id {run_id[:80]!r} is not valid: use 1 to {MAX_RUN_ID_CHARS} letters, digits, "
-            "'.', '_' or '-', starting with a letter or a digit",
-        )
+    """400 naming the rule (identity's message) unless `run_id` is a valid run id."""
+    if (problem := invalid_run_id(run_id)) is not None:
+        raise bad_request("invalid_run_id", problem)
 
 
 def dump_json(value: Any, field: str) -> str:

@@ -33,8 +33,9 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from ..batches import BATCH_CONTENT_TYPE
-from ..errors import (
+from ._version import __version__
+from .batches import BATCH_CONTENT_TYPE
+from .errors import (
     APIError,
     APITimeoutError,
     ForbiddenError,
@@ -45,7 +46,7 @@ from ..errors import (
     UnauthorizedError,
     error_for_status,
 )
-from ..rundir import upload_target
+from .rundir import upload_target
 
 __all__ = [
     "BATCH_CONTENT_TYPE",
@@ -87,6 +88,8 @@ class WireClient:
     Requests to `<base_url>/api/v1`. Thread-safe (httpx.Client is); one per run and process:
     after fork the child calls `drop()` and gets a new pool without closing the parent's
     connections. Every method makes one attempt and raises an openruns APIError on failure.
+    `transport` replaces httpx's network transport (e.g. `httpx.MockTransport(handler)`); the
+    timeouts and limits then apply only as far as that transport honours them.
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class WireClient:
         retry_timeout: float = 30.0,
         max_connections: int = 16,
         base_url_origin: str = "the base_url setting",
+        transport: httpx.BaseTransport | None = None,
     ):
         self.base_url = base_url.rstrip("/")
         self.base_url_origin = base_url_origin  # what set base_url, named in errors (issue 24)
@@ -107,6 +111,7 @@ class WireClient:
         self.connect_timeout = connect_timeout
         self.retry_timeout = retry_timeout  # what callers retry a call for (see `retrying`)
         self._max_connections = max_connections
+        self._transport = transport  # None: httpx's own; tests pass an httpx.MockTransport
         self._client = self._new_client()
 
     @classmethod
@@ -203,7 +208,7 @@ class WireClient:
         self._client.close()
 
     def _new_client(self) -> httpx.Client:
-        headers = {"User-Agent": f"openruns/{_version()} python/{platform.python_version()}"}
+        headers = {"User-Agent": f"openruns/{__version__} python/{platform.python_version()}"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return httpx.Client(
@@ -214,6 +219,7 @@ class WireClient:
                 max_connections=self._max_connections,
                 max_keepalive_connections=self._max_connections,
             ),
+            transport=self._transport,
         )
 
     def _timeout(self, seconds: float | None) -> httpx.Timeout:
@@ -336,8 +342,9 @@ def retrying(
 def backoff_delay(
     attempt: int, error: BaseException | None = None, cap: float = MAX_BACKOFF
 ) -> float:
-    """Seconds before retry `attempt` (0-based): Retry-After, else 0.5·2^n ±20 %, at most `cap`
-    (30 s by default)."""
+    """Seconds before retry `attempt` (0-based): the server's Retry-After as given (already at
+    most 60 s), else 0.5·2^n s capped at `cap` (30 s by default), then ±20 % jitter, so that
+    clients waiting at the cap still spread out."""
     if isinstance(error, RetryableAPIError) and error.retry_after is not None:
         return error.retry_after
     return min(cap, 0.5 * 2.0 ** min(attempt, 16)) * random.uniform(0.8, 1.2)
@@ -383,9 +390,3 @@ def _retry_after(value: str | None) -> float | None:
             return None
         seconds = when.timestamp() - time.time()
     return min(MAX_RETRY_AFTER, max(0.0, seconds))
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return __version__

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,8 @@ def test_the_config_file_location():
 def test_the_command_line_reaches_the_settings(tmp_path, monkeypatch):
     """Flags, variables and the --config file meet in the settings `openruns server` starts."""
     seen = []
-    monkeypatch.setattr("openruns.server.serve.serve", seen.append)
+    # The module, not the package's lazy name `serve` (the function).
+    monkeypatch.setattr(importlib.import_module("openruns.server.serve"), "serve", seen.append)
     config = tmp_path / "s.toml"
     config.write_text("rate_limit = 5.5\n")
     monkeypatch.setenv("OPENRUNS_MAX_INGEST_REQUESTS", "3")
@@ -100,3 +102,15 @@ def test_the_command_line_reaches_the_settings(tmp_path, monkeypatch):
     (settings,) = seen
     assert (settings.database_url, settings.port) == ("sqlite:////x.db", 0)
     assert (settings.rate_limit, settings.max_ingest_requests) == (5.5, 3)
+
+
+def test_auth_is_off_on_loopback_and_required_elsewhere():
+    assert ServerSettings(host="127.0.0.1").auth_enabled() is False
+    assert ServerSettings(host="::1").auth_enabled() is False
+    assert ServerSettings(host="localhost").auth_enabled() is False
+    assert ServerSettings(host="0.0.0.0", auth=True).auth_enabled() is True
+    assert ServerSettings(host="0.0.0.0", insecure=True).auth_enabled() is False
+    with pytest.raises(ServerConfigError, match="--auth .* or --insecure"):
+        ServerSettings(host="0.0.0.0").auth_enabled()
+    with pytest.raises(ServerConfigError):
+        ServerSettings(host="10.1.2.3").auth_enabled()
