@@ -362,3 +362,25 @@ def test_rules_belong_to_their_team(make_server, new_stores, receiver, capsys):
         got = receiver.wait(1)
         assert [r["json"]["run"]["id"] for r in got] == [run_a["id"]]
         assert b.get("/alerts/deliveries").json()["items"] == []
+
+
+def test_an_offline_runs_alert_is_sent_by_sync(make_server, receiver, tmp_path):
+    import openruns
+
+    server = make_server(**FAST)
+    run = openruns.init(kind="train", name="offline", mode="offline", dir=tmp_path / "runs")
+    run.alert("reward collapsed", "mean reward 0.01", level="error")
+    run.finish()
+    with api(server.url) as client:
+        add_rule(client, receiver.url, {"type": "failed"})
+        synced = subprocess.run(
+            [sys.executable, "-m", "openruns.cli", "sync", str(tmp_path / "runs")],
+            env={**os.environ, "PYTHONPATH": SRC, "OPENRUNS_BASE_URL": server.url},
+            capture_output=True,
+            text=True,
+            timeout=patience.EXIT,
+            preexec_fn=default_signals,
+        )
+        assert synced.returncode == 0, synced.stderr
+        (got,) = receiver.wait(1, of_run(run.id))
+        assert (got["json"]["title"], got["json"]["level"]) == ("reward collapsed", "error")
