@@ -132,6 +132,9 @@ class Pipeline:
         self._log_held_lines = 0
         self._coercer = Coercer(self.stats.converted)
         self._named_nonfinite: set[str] = set()
+        # Rows the encoder adds itself (the NaN reports of nonfinite_lines), accounted as if
+        # accepted: the sink counts them written like any other row.
+        self._reports = 0
         self._lanes = {name: _Lane(self, name, streams) for name, streams in LANES.items()}
         self._start_lock = threading.Lock()
         self._started = False
@@ -223,7 +226,7 @@ class Pipeline:
 
     @property
     def accepted(self) -> int:
-        return sum(lane.queue.accepted for lane in self._lanes.values())
+        return sum(lane.queue.accepted for lane in self._lanes.values()) + self._reports
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -306,11 +309,13 @@ class Pipeline:
     def nonfinite_lines(self, item: Item) -> list[list[Piece]]:
         """The `alerts` rows reporting the metrics the last metrics_line dropped as NaN or
         infinite for the first time (the server's nonfinite rules read them)."""
+        fresh = self._cleaner.fresh_nonfinite
+        self._reports += len(fresh)
         return [
             encode_row(
                 {"type": "nonfinite", "metric": k, "value": v, "step": item.step, "ts": item.ts}
             )
-            for k, v in self._cleaner.fresh_nonfinite
+            for k, v in fresh
         ]
 
     def row_line(self, kind: str, row: Mapping[str, Any], ts: float) -> list[Piece] | None:

@@ -160,8 +160,14 @@ def touch(conn: Connection, run_seq: int, now: float, data: bool) -> None:
 
 def claim_changed(conn: Connection, limit: int) -> list[int]:
     """Up to `limit` runs marked changed, unmarked now: this caller evaluates them."""
-    marked = select(alert_activity.c.run_seq).where(alert_activity.c.pending.is_(True))
-    seqs = [seq for (seq,) in conn.execute(marked.limit(limit))]
+    # SKIP LOCKED (PostgreSQL): rows another replica is claiming are left to it, not waited on.
+    marked = (
+        select(alert_activity.c.run_seq)
+        .where(alert_activity.c.pending.is_(True))
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    seqs = [seq for (seq,) in conn.execute(marked)]
     if not seqs:
         return []
     # A compare-and-set: a replica claiming the same rows at once waits for this transaction
@@ -414,7 +420,12 @@ def claim_deliveries(
     attempt counted), each with its rule's url, format and secret."""
     d = alert_deliveries
     free = or_(d.c.claimed_until.is_(None), d.c.claimed_until < now)
-    due = select(d.c.id).where(d.c.status == "pending", d.c.next_at <= now, free).limit(limit)
+    due = (
+        select(d.c.id)
+        .where(d.c.status == "pending", d.c.next_at <= now, free)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
     ids = [i for (i,) in conn.execute(due)]
     if not ids:
         return []
