@@ -61,7 +61,9 @@ async def follow(state: ServerState) -> None:
         while True:
             await asyncio.sleep(state.settings.alert_interval)
             try:
-                await deliver_round(state, client)
+                # A full batch: more may be due (a burst of failures), so go on at once.
+                while await deliver_round(state, client) == BATCH:
+                    pass
             except ApiError as exc:
                 logger.warning("openruns: alert delivery skipped: %s", exc.message)
             except Exception:
