@@ -96,7 +96,12 @@ async def _evaluate_changed(
             if not _in_scope(rule, run):
                 continue
             for subject, holds, event in check(rule, run, now):
-                if holds != states.get((rule["id"], run["seq"], subject), False):
+                firing, since = states.get((rule["id"], run["seq"], subject), (False, 0.0))
+                if firing and rule["condition"]["type"] == "silent":
+                    # Data arrived after the silence began: that silence is over, even if the
+                    # run is silent again by the time this round looks (the next one fires).
+                    holds = holds and (run["last_data_at"] or 0.0) <= since
+                if holds != firing:
                     transitions.append(_transition(state, rule, run, subject, holds, event, now))
     if not transitions:
         return 0
@@ -116,7 +121,7 @@ async def _evaluate_silence(state: ServerState, rules: list[dict[str, Any]], now
     for run in silent:
         run["listening_since"] = store.started_at
         for rule in by_team.get(run["team_id"], []):
-            if not _in_scope(rule, run) or states.get((rule["id"], run["seq"], ""), False):
+            if not _in_scope(rule, run) or states.get((rule["id"], run["seq"], ""), (False,))[0]:
                 continue
             for subject, holds, event in check(rule, run, now):
                 if holds:

@@ -277,15 +277,17 @@ def recent_outcomes(conn: Connection, run_seq: int, limit: int) -> list[bool]:
 # -- condition states -----------------------------------------------------------------------------
 
 
-def states_of(conn: Connection, run_seqs: list[int]) -> dict[tuple[int, int, str], bool]:
-    """{(rule, run, subject): firing} of the runs' states."""
-    found: dict[tuple[int, int, str], bool] = {}
+def states_of(
+    conn: Connection, run_seqs: list[int]
+) -> dict[tuple[int, int, str], tuple[bool, float]]:
+    """{(rule, run, subject): (firing, when that last changed)} of the runs' states."""
+    found: dict[tuple[int, int, str], tuple[bool, float]] = {}
     s = alert_states
     for i in range(0, len(run_seqs), _IN_CHUNK):
-        query = select(s.c.rule_id, s.c.run_seq, s.c.subject, s.c.firing).where(
+        query = select(s.c.rule_id, s.c.run_seq, s.c.subject, s.c.firing, s.c.changed_at).where(
             s.c.run_seq.in_(run_seqs[i : i + _IN_CHUNK])
         )
-        found.update(((r, run, subj), bool(f)) for r, run, subj, f in conn.execute(query))
+        found.update(((r, run, subj), (bool(f), at)) for r, run, subj, f, at in conn.execute(query))
     return found
 
 
