@@ -168,12 +168,17 @@ class MetricsCleaner:
     def __init__(self) -> None:
         self._named: set[str] = set()
         self.dropped_values = 0
+        # (key, "nan" | "inf" | "-inf") of the keys the last clean() named for the first time
+        # for a value that is not finite: the SDK reports these to the server (alerts).
+        self.fresh_nonfinite: list[tuple[str, str]] = []
 
     def clean(self, values: Mapping[Any, Any]) -> dict[str, float | int]:
         kept, dropped = flatten_metrics(values)
+        self.fresh_nonfinite = []
         if dropped:
             self.dropped_values += len(dropped)
             fresh = {k: why for k, why in dropped.items() if k not in self._named}
+            self.fresh_nonfinite = [(k, why) for k, why in fresh.items() if why in NONFINITE]
             if fresh:
                 self._named.update(fresh)
                 logger.warning(
@@ -182,6 +187,9 @@ class MetricsCleaner:
                     ", ".join(f"{k} ({why})" for k, why in fresh.items()),
                 )
         return kept
+
+
+NONFINITE = ("nan", "inf", "-inf")  # repr() of the values flatten_metrics drops as not finite
 
 
 def _flatten_into(

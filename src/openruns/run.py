@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["Ownership", "Run"]
 
 logger = logging.getLogger("openruns")
+ALERT_LEVELS = ("info", "warn", "error")  # run.alert(); the server takes the same
 # How long the console capture's drain thread waits for room in the upload queue per batch of
 # lines before the rest is dropped (counted).
 _CONSOLE_WAIT = 2.0
@@ -332,6 +333,29 @@ class Run:
                 batch[i] = {**annotation, "producer": producer}
         if batch and self._pipeline is not None:
             self._pipeline.put("annotations", batch, len(batch), None, time.time())
+
+    def alert(self, title: str, text: str = "", *, level: str = "info") -> None:
+        """
+        Send an alert from the job itself, to the webhooks of the alert rules of the run's
+        team and project on the server (docs/server.md, Alerts):
+
+            run.alert("eval regressed", f"pass@1 {score:.3f} < {best:.3f}", level="warn")
+
+        `level` is info, warn or error. Like log_*, a cheap enqueue on the run's metrics lane:
+        it never waits for the server, and an alert the queue cannot take is counted dropped.
+        An offline run keeps it in its directory; `openruns sync` sends it later.
+        """
+        if self._finishing:
+            raise RunFinishedError(f"run {self._id} is finished; alert() was called after")
+        if not isinstance(title, str) or not 0 < len(title) <= 200:
+            raise ValueError(f"title must be a string of 1 to 200 characters, got {title!r}")
+        if not isinstance(text, str) or len(text) > 4000:
+            raise ValueError("text must be a string of at most 4000 characters")
+        if level not in ALERT_LEVELS:
+            raise ValueError(f"level must be one of {', '.join(ALERT_LEVELS)}, got {level!r}")
+        if self._pipeline is not None:
+            row = {"type": "alert", "title": title, "text": text, "level": level}
+            self._pipeline.put("alerts", [row], 1, None, time.time())
 
     def _log_records(
         self,

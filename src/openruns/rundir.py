@@ -70,10 +70,11 @@ __all__ = [
     "write_json_atomic",
 ]
 
-STREAMS = ("metrics", "episodes", "traces", "annotations", "logs")
+STREAMS = ("metrics", "episodes", "traces", "annotations", "logs", "alerts")
 # Streams sent on the metrics lane (small rows that must not wait behind episodes), each to its
-# own route: metric rows, annotations, console lines (console.py).
-ROW_STREAMS = ("metrics", "annotations", "logs")
+# own route: metric rows, annotations, console lines (console.py), alerts (run.alert, and the
+# report of a NaN or infinite metric value).
+ROW_STREAMS = ("metrics", "annotations", "logs", "alerts")
 SEALED_SUFFIX = ".ndjson.zst"
 OPEN_SUFFIX = SEALED_SUFFIX + ".open"
 # A segment is sealed once it holds this many bytes; big enough that a long run has few files,

@@ -196,6 +196,15 @@ class WireClient:
         episodes, steps, annotations, search; None values in `query` are left out."""
         return self._call("GET", path, params=query)
 
+    # -- alert rules (openruns alerts) ---------------------------------------------------------
+
+    def create_alert_rule(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", "/alerts/rules", json=body)
+        return result
+
+    def delete_alert_rule(self, rule_id: int) -> None:
+        self._call("DELETE", f"/alerts/rules/{int(rule_id)}")
+
     # -- connections --------------------------------------------------------------------------
 
     def drop(self) -> None:

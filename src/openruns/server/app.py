@@ -3,12 +3,13 @@ The ASGI application.
 
     app = create_app(ServerSettings(data_dir=Path("data")))
 
-`create_app` assembles small parts: the lifespan (open the store, run the crash sweeper and the
-search indexer, close), the middlewares (from the outside in: the access log, trusted proxies,
-security headers, the body-size cap, the Host check and cross-site writes with auth off
-(hosts.py), the refusal of NaN in JSON bodies), the error handlers, the API routers under /api/v1,
-and the dashboard router (web/) at the root. Pass an already-open `state` to keep startup
-errors out of the lifespan (serve.py does, so they can be reported in one line).
+`create_app` assembles small parts: the lifespan (open the store, run the crash sweeper, the
+search indexer, the alert evaluator and deliverer (alerts/), close), the middlewares (from the
+outside in: the access log, trusted proxies, security headers, the body-size cap, the Host check
+and cross-site writes with auth off (hosts.py), the refusal of NaN in JSON bodies), the error
+handlers, the API routers under /api/v1, and the dashboard router (web/) at the root. Pass an
+already-open `state` to keep startup errors out of the lifespan (serve.py does, so they can be
+reported in one line).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from fastapi import FastAPI
 from .._version import __version__
 from . import api_docs, search_indexer
 from .access_log import AccessLog
+from .alerts import delivery, evaluator
 from .config import ServerSettings
 from .errors import ApiError
 from .handlers import document_errors, install_handlers
@@ -57,6 +59,8 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
         tasks = [
             asyncio.create_task(_sweep_forever(current)),
             asyncio.create_task(search_indexer.follow(current)),
+            asyncio.create_task(evaluator.follow(current)),
+            asyncio.create_task(delivery.follow(current)),
         ]
         try:
             yield

@@ -166,6 +166,23 @@ class ServerSettings:
         help="uploads to a finished run are still accepted this long, so the SDK's final drain "
         "lands",
     )
+    alert_interval: float = setting(
+        10.0,
+        metavar="S",
+        unit_name="s",
+        help="how often the alert evaluator looks at what changed, and due webhook deliveries "
+        "are sent",
+    )
+    alert_retry_delay: float = setting(
+        5.0,
+        metavar="S",
+        unit_name="s",
+        help="wait before a failed webhook delivery's second attempt; doubled for each further "
+        "one, with jitter",
+    )
+    alert_attempts: int = setting(
+        6, metavar="N", help="attempts of a webhook delivery before it is marked failed"
+    )
     rate_limit: float = setting(
         50.0, metavar="N", help="requests per second per API key or run token; 0: unlimited"
     )

@@ -132,6 +132,9 @@ class Pipeline:
         self._log_held_lines = 0
         self._coercer = Coercer(self.stats.converted)
         self._named_nonfinite: set[str] = set()
+        # Rows the encoder adds itself (the NaN reports of nonfinite_lines), accounted as if
+        # accepted: the sink counts them written like any other row.
+        self._reports = 0
         self._lanes = {name: _Lane(self, name, streams) for name, streams in LANES.items()}
         self._start_lock = threading.Lock()
         self._started = False
@@ -223,7 +226,7 @@ class Pipeline:
 
     @property
     def accepted(self) -> int:
-        return sum(lane.queue.accepted for lane in self._lanes.values())
+        return sum(lane.queue.accepted for lane in self._lanes.values()) + self._reports
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -303,12 +306,27 @@ class Pipeline:
         self.stats.dropped_values = self._cleaner.dropped_values
         return encode_metrics_row(item.step, item.ts, values)
 
+    def nonfinite_lines(self, item: Item) -> list[list[Piece]]:
+        """The `alerts` rows reporting the metrics the last metrics_line dropped as NaN or
+        infinite for the first time (the server's nonfinite rules read them)."""
+        fresh = self._cleaner.fresh_nonfinite
+        self._reports += len(fresh)
+        return [
+            encode_row(
+                {"type": "nonfinite", "metric": k, "value": v, "step": item.step, "ts": item.ts}
+            )
+            for k, v in fresh
+        ]
+
     def row_line(self, kind: str, row: Mapping[str, Any], ts: float) -> list[Piece] | None:
-        """An annotation or a console line, with the time it was logged unless it has one."""
+        """An annotation, a console line or an alert, with the time it was logged unless it
+        has one."""
         try:
             return encode_row(row if "ts" in row else {**row, "ts": ts})
         except Exception as exc:
-            what = "an annotation" if kind == "annotations" else "a console line"
+            what = {"annotations": "an annotation", "alerts": "an alert"}.get(
+                kind, "a console line"
+            )
             self.stats.count_failed("encode", 1, exc, f"encoding {what}")
             return None
 
@@ -389,9 +407,12 @@ class _Lane:
                 if item.kind == "metrics":
                     for work in cutter.add(pipeline.metrics_line(item), None):
                         self._hand_on(work)
+                    for report in pipeline.nonfinite_lines(item):
+                        for work in cutters["alerts"].add(report, None):
+                            self._hand_on(work)
                     yield_gil()
                     continue
-                if item.kind in ("annotations", "logs"):
+                if item.kind in ("annotations", "logs", "alerts"):
                     logs = item.payload if item.kind == "logs" else None
                     for row in item.payload if logs is None else logs.rows:
                         line = pipeline.row_line(item.kind, row, item.ts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..alerts.routes import router as alerts_router
 from . import episodes, export, health, logs, metrics, rollouts, runs, session
 
 # Not `from . import annotations`: that name is the __future__ feature imported above.
@@ -19,4 +20,5 @@ ROUTERS = (
     export.router,
     rollouts.router,
     logs.router,
+    alerts_router,
 )

@@ -37,6 +37,7 @@ from sqlalchemy import (
     update,
 )
 
+from . import alerts
 from .schema import annotations_table, episode_subsets, episodes, segments
 from .sql import insert_ignore
 
@@ -125,6 +126,7 @@ def add_segment(
     holds the run's lock; a repeat's new subset is kept as a membership); how many were
     indexed."""
     fresh, memberships = _new_ids(conn, run_seq, stream, rows)
+    alerts.touch(conn, run_seq, now, data=True)  # the alert evaluator reads what changed
     inserted = conn.execute(
         insert(segments).values(
             run_seq=run_seq,

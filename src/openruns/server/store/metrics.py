@@ -20,13 +20,14 @@ points per key, so no block summaries are kept for them).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Connection, and_, exists, func, insert, literal, select, update
 
 from ...spec import MAX_STEP  # the SDK's rule, written once
-from . import metric_times
+from . import alerts, metric_times
 from .schema import BLOCK_SIZES, metric_blocks, metric_keys, metric_points, metric_time_points
 from .sql import executemany, upsert
 
@@ -48,6 +49,7 @@ _IN_CHUNK = 500
 # Eval metrics and train metrics of one run stay apart by their keys: an online eval logs under
 # `eval/` (prime-rl's `eval/<env>/...`), and `kind=eval` / `kind=train` reads select by it.
 EVAL_PREFIX = "eval/"
+SYSTEM_PREFIX = "system/"
 
 
 class MetricPoints(dict[tuple[str, int], tuple[float, float | None]]):
@@ -77,6 +79,10 @@ def write_points(
     if not points and not by_time:
         return 0
     names = {name for name, _ in points} | {name for name, _ in by_time}
+    # For the alert evaluator: what changed; the sampler's system/ rows keep coming from a hung
+    # job, so they do not count as the run's data (silence).
+    data = any(not name.startswith(SYSTEM_PREFIX) for name in names)
+    alerts.touch(conn, run_seq, time.time(), data=data)
     ids = key_ids(conn, run_seq, names, create=True)
     if by_time:
         stmt = upsert(conn, metric_time_points, ("key_id", "ts"), ("value",))

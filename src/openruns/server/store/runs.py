@@ -26,7 +26,7 @@ from sqlalchemy import Connection, RowMapping, and_, delete, insert, or_, select
 from ...identity import RUN_ID_PATTERN, invalid_run_id  # the SDK's rule, written once
 from ...spec import RunStatus
 from ..errors import ApiError, bad_request, conflict
-from . import metrics
+from . import alerts, metrics
 from .schema import run_tags, runs
 from .sql import insert_ignore
 
@@ -402,12 +402,13 @@ def is_swept(run: dict[str, Any]) -> bool:
 
 def _record_status(conn: Connection, seq: int, status: str, by: str, now: float) -> None:
     """Append a change of status to the run's history (its row is locked by the caller's
-    update)."""
+    update), and mark the run changed for the alert evaluator."""
     history = conn.execute(select(runs.c.status_history).where(runs.c.seq == seq)).scalar_one()
     changes = [*orjson.loads(history or "[]"), {"status": status, "by": by, "at": now}]
     conn.execute(
         update(runs).where(runs.c.seq == seq).values(status_history=dump_json(changes, "history"))
     )
+    alerts.touch(conn, seq, now, data=False)  # failed / crashed rules read it
 
 
 def stale_error(

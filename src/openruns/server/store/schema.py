@@ -30,6 +30,11 @@ create it; a change here needs a new numbered migration.
   type, the SDK's own config block and metadata, the file stream's line counts (resume), the
   open console line per writer, the files the SDK uploaded (config.yaml, tables, media), each
   a blob, and the media values of its history (wandb_media).
+- alert_rules / alert_states / alert_deliveries / alert_activity (migration 0014): alert rules
+  per team or project, each with its webhook; per (rule, run, subject) whether its condition
+  is firing and how many times it fired (the dedupe key of a delivery); the deliveries, claimed
+  by one replica at a time; per run when its data last arrived and whether it changed since
+  the evaluator last looked (server/alerts/).
 - episode_search (migration 0006): the full-text index of rollouts; its shape differs by
   dialect (FTS5 / tsvector), so it is not a Table here: store/search.py writes its SQL.
 """
@@ -54,6 +59,10 @@ from sqlalchemy import (
 
 __all__ = [
     "BLOCK_SIZES",
+    "alert_activity",
+    "alert_deliveries",
+    "alert_rules",
+    "alert_states",
     "annotations",
     "api_keys",
     "episode_subsets",
@@ -424,4 +433,72 @@ wandb_media = Table(
     Column("episodes", Integer),  # a table: the rollouts read from it (null: not read yet)
     UniqueConstraint("run_seq", "step", "key", name="uq_wandb_media_run_step_key"),
     Index("ix_wandb_media_run_path", "run_seq", "path"),
+)
+
+
+# -- alerts (migration 0014; server/alerts/) ----------------------------------------------------
+
+alert_rules = Table(
+    "alert_rules",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("team_id", String(128), nullable=False),
+    Column("project", String(256)),  # None: every run of the team
+    Column("name", Text, nullable=False),
+    Column("condition", Text, nullable=False),  # JSON: alerts/rules.py's Condition
+    Column("url", Text, nullable=False),
+    Column("format", String(16), nullable=False),  # chat | generic
+    Column("secret", String(64), nullable=False),  # the HMAC key of its deliveries' signature
+    Column("enabled", Boolean, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_alert_rules_team", "team_id", "project"),
+)
+
+# Per (rule, run, subject: a metric key, or ""): whether the condition holds now, and how many
+# times it started to hold (`episode`). A delivery is made when `firing` turns true (a
+# compare-and-set, so two replicas never fire one episode twice).
+alert_states = Table(
+    "alert_states",
+    metadata,
+    Column("rule_id", Integer, primary_key=True),
+    Column("run_seq", Integer, primary_key=True),
+    Column("subject", String(256), primary_key=True),
+    Column("firing", Boolean, nullable=False),
+    Column("episode", Integer, nullable=False),
+    Column("changed_at", Float, nullable=False),
+)
+
+alert_deliveries = Table(
+    "alert_deliveries",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("rule_id", Integer, nullable=False),
+    Column("team_id", String(128), nullable=False),
+    Column("run_seq", Integer),
+    # What makes it one alert: "<run seq>/<subject>/<episode>" for a condition, the upload's
+    # receipt and line for an alert the run sent.
+    Column("dedupe", String(600), nullable=False),
+    Column("event", Text, nullable=False),  # JSON: what the generic body carries
+    Column("status", String(16), nullable=False),  # pending | delivered | failed
+    Column("attempts", Integer, nullable=False),
+    Column("next_at", Float, nullable=False),  # when it may be (re)tried
+    Column("claimed_until", Float),  # a replica is sending it until then
+    Column("response_status", Integer),
+    Column("last_error", Text),
+    Column("created_at", Float, nullable=False),
+    Column("delivered_at", Float),
+    UniqueConstraint("rule_id", "dedupe", name="uq_alert_deliveries_rule_dedupe"),
+    Index("ix_alert_deliveries_due", "status", "next_at"),
+    Index("ix_alert_deliveries_team", "team_id", "id"),
+)
+
+# Per run: when metric points or episodes last arrived, and whether anything the rules read
+# (data, status) changed since the evaluator last claimed it.
+alert_activity = Table(
+    "alert_activity",
+    metadata,
+    Column("run_seq", Integer, primary_key=True),
+    Column("last_data_at", Float),
+    Column("pending", Boolean, nullable=False),
+    Index("ix_alert_activity_pending", "pending"),
 )

@@ -10,6 +10,7 @@ data of its own and shows no more than the API would to the same caller:
     /runs/{run_id}/search?q=...        full-text search over the run's rollouts
     /compare?runs=a,b                  several runs' series overlaid
     /compare/episodes?run_a=&a=&...    two records side by side
+    /alerts                            alert rules (switched on and off) and the delivery log
     /signin?next=/path                 paste an API key once (auth on): a session cookie
 
 Any other address a browser asks for (Accept: text/html) answers an HTML 404 page,
@@ -43,6 +44,7 @@ _PAGES = {
     "search": ("Search", None),
     "compare": ("Compare runs", "now"),
     "pair": ("Side by side", None),
+    "alerts": ("Alerts", None),
     "signin": ("Sign in", None),
     "notfound": ("Not found", None),
 }
@@ -127,6 +129,11 @@ async def compare_page() -> HTMLResponse:
 @router.get("/compare/episodes")
 async def pair_page() -> HTMLResponse:
     return _page("pair")
+
+
+@router.get("/alerts")
+async def alerts_page() -> HTMLResponse:
+    return _page("alerts")
 
 
 @router.get("/signin")
