@@ -3,11 +3,12 @@ The ASGI application.
 
     app = create_app(ServerSettings(data_dir=Path("data")))
 
-`create_app` assembles small parts: the lifespan (open the store, run the crash sweeper and the
-search indexer, close), the middlewares (security headers and trusted proxies, the body-size
-cap, the refusal of NaN in JSON bodies), the error handlers, the API routers under /api/v1,
-and the dashboard router (web/) at the root. Pass an already-open `state` to keep startup
-errors out of the lifespan (serve.py does, so they can be reported in one line).
+`create_app` assembles small parts: the lifespan (open the store, run the crash sweeper, the
+search indexer and the purge of deleted runs, close), the middlewares (security headers and
+trusted proxies, the body-size cap, the refusal of NaN in JSON bodies), the error handlers,
+the API routers under /api/v1, and the dashboard router (web/) at the root. Pass an
+already-open `state` to keep startup errors out of the lifespan (serve.py does, so they can
+be reported in one line).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from .. import __version__
-from . import api_docs, search_indexer
+from . import api_docs, deletion, search_indexer
 from .config import ServerSettings
 from .errors import ApiError
 from .handlers import document_errors, install_handlers
@@ -54,6 +55,7 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
         tasks = [
             asyncio.create_task(_sweep_forever(current)),
             asyncio.create_task(search_indexer.follow(current)),
+            asyncio.create_task(deletion.purge_forever(current)),  # interrupted deletions
         ]
         try:
             yield

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import episodes, export, health, logs, metrics, rollouts, runs, session
+from . import deletion, episodes, export, health, logs, metrics, rollouts, runs, session
 
 # Not `from . import annotations`: that name is the __future__ feature imported above.
 from .annotations import router as annotations_router
@@ -19,4 +19,5 @@ ROUTERS = (
     export.router,
     rollouts.router,
     logs.router,
+    deletion.router,
 )

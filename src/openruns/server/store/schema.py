@@ -29,6 +29,10 @@ create it; a change here needs a new numbered migration.
   type, the SDK's own config block and metadata, the file stream's line counts (resume), the
   open console line per writer, the files the SDK uploaded (config.yaml, tables, media), each
   a blob, and the media values of its history (wandb_media).
+- run_deletions (migration 0013): the tombstone of every deleted run (store/deletion.py): its
+  seq, team and id, when and by whom, and when its rows and blobs were all removed. `runs` and
+  `episodes` are AUTOINCREMENT on SQLite from then on, so a deleted run's numbers are never
+  handed out again.
 - episode_search (migration 0006): the full-text index of rollouts; its shape differs by
   dialect (FTS5 / tsvector), so it is not a Table here: store/search.py writes its SQL.
 """
@@ -66,6 +70,7 @@ __all__ = [
     "prime_environments",
     "prime_objects",
     "receipts",
+    "run_deletions",
     "run_tags",
     "runs",
     "segments",
@@ -164,6 +169,7 @@ runs = Table(
     Index("ix_runs_status", "status"),
     Index("ix_runs_team_group", "team_id", "group_name"),
     Index("ix_runs_team_project", "team_id", "project", "seq"),
+    sqlite_autoincrement=True,  # a deleted run's seq is never handed out again (0013)
 )
 
 run_tags = Table(
@@ -260,6 +266,7 @@ episodes = Table(
     Index("ix_episodes_run_id", "run_seq", "episode_id"),
     Index("ix_episodes_run_kind_step", "run_seq", "stream", "kind", "step"),
     Index("ix_episodes_run_trained", "run_seq", "stream", "trained_step", "reward", "step"),
+    sqlite_autoincrement=True,  # seqs of a deleted run's episodes are never reused (0013)
 )
 
 # The cohorts a stored episode was marked into after it was indexed (logged again with another
@@ -418,4 +425,25 @@ wandb_media = Table(
     Column("episodes", Integer),  # a table: the rollouts read from it (null: not read yet)
     UniqueConstraint("run_seq", "step", "key", name="uq_wandb_media_run_step_key"),
     Index("ix_wandb_media_run_path", "run_seq", "path"),
+)
+
+
+# -- deleted runs (migration 0013) ----------------------------------------------------------------
+
+run_deletions = Table(
+    "run_deletions",
+    metadata,
+    Column("run_seq", Integer, primary_key=True, autoincrement=False),
+    Column("team_id", String(128), nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("project", String(256)),
+    Column("name", Text),
+    Column("deleted_at", Float, nullable=False),
+    Column("deleted_by", String(128)),  # the caller's rate-limit bucket (key:N), or null
+    # When a purge last made progress: another replica resumes one silent for PURGE_LEASE.
+    Column("claimed_at", Float),
+    Column("purged_at", Float),  # every row and blob removed; null while under way
+    Column("removed", Text, nullable=False, server_default="{}"),  # JSON counts
+    Index("ix_run_deletions_team_id", "team_id", "run_id"),
+    Index("ix_run_deletions_purged", "purged_at"),
 )
