@@ -284,3 +284,44 @@ def purged_at(stores, seq: int) -> float | None:
         )
     finally:
         store.close()
+
+
+def test_a_deleted_runs_numbers_are_never_handed_out_again(make_server, new_stores):
+    """Deleting the newest run must not give its seq (blob folder, search scope) nor its
+    episodes' seqs to the next run: the search indexer, past those seqs, would skip them."""
+    stores = new_stores()
+    server = make_server(stores)
+    with api(server.url) as http:
+        create_run(http)
+        newest = create_run(http)["id"]
+        fill(http, newest, steps=2)
+        wait_indexed(http, newest)
+        old_seq = seq_of(stores, newest)
+        assert http.delete(f"/runs/{newest}").status_code == 200
+
+        after = create_run(http)["id"]
+        assert seq_of(stores, after) > old_seq
+        batch = ndjson([episode(i, 0, 1.0, prompt="quokka") for i in range(3)])
+        assert upload(http, after, "episodes", batch).status_code == 200
+        wait_indexed(http, after)
+        hits = http.get(f"/runs/{after}/search", params={"q": "quokka"}).json()["items"]
+        assert sorted(h["id"] for h in hits) == ["ep-0-0", "ep-0-1", "ep-0-2"]
+
+
+def test_a_prime_evaluation_goes_with_its_sample_objects(make_server, new_stores):
+    stores = new_stores()
+    server = make_server(stores)
+    with api(server.url) as http:
+        env = http.post("/environmentshub/resolve", json={"name": "gsm8k"}).json()["data"]["id"]
+        made = http.post("/evaluations/", json={"name": "e", "environments": [{"id": env}]})
+        rid = made.json()["evaluation_id"]
+        row = {"sample_id": "s1", "info": {"native_wrapper": {"id": "ep-1", "traces": []}}}
+        pushed = http.post(f"/evaluations/{rid}/samples", json={"samples": [row]})
+        assert pushed.status_code == 200, pushed.text
+        seq = seq_of(stores, rid)
+        assert [k for k in blob_keys(stores) if k.startswith(f"runs/{seq}/prime/")]
+
+        removed = http.delete(f"/runs/{rid}").json()["removed"]
+        assert removed["prime_objects"] == 1
+        assert not [k for k in blob_keys(stores) if k.startswith(f"runs/{seq}/")]
+        assert http.get(f"/runs/{rid}/prime/eval-samples").status_code == 404
