@@ -235,7 +235,9 @@ def _per_key(table: Table, *order: str) -> Remover:
     """A metric table keyed by metric key: the run's keys one after the other."""
 
     def remove(conn: Connection, run_seq: int, budget: int, step: Step) -> tuple[int, bool]:
-        keys = select(metric_keys.c.id).where(metric_keys.c.run_seq == run_seq)
+        # Only the keys with rows left: one probe each, in one statement.
+        left = select(table.c.key_id).where(table.c.key_id == metric_keys.c.id).exists()
+        keys = select(metric_keys.c.id).where(metric_keys.c.run_seq == run_seq, left)
         total = 0
         for (key_id,) in conn.execute(keys.order_by(metric_keys.c.id)).all():
             removed, finished = _delete_some(
@@ -283,4 +285,8 @@ STAGES: tuple[tuple[str, Remover], ...] = (
     ("segments", _with_blobs(segments, "id")),
     ("prime_objects", _with_blobs(prime_objects, "id")),
     ("wandb_files", _with_blobs(wandb_files, "name")),
+    # Again: an indexer that read the run's records before they went may have written their
+    # entries since (it checks they still exist, but under READ COMMITTED a write in flight
+    # at the first pass is not yet visible to it).
+    ("search_entries", _search_entries),
 )
