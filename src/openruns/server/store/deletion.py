@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -133,10 +134,11 @@ def refuse_deleted_id(conn: Connection, team_id: str, run_id: str) -> None:
     before making a new run, unless the create says `reuse_deleted_id`)."""
     tomb = tombstone(conn, team_id, run_id)
     if tomb is not None:
+        when = datetime.fromtimestamp(tomb["deleted_at"], UTC).strftime("%Y-%m-%d %H:%M:%S")
         raise conflict(
             "run_deleted",
-            f"run {run_id!r} was deleted (at {tomb['deleted_at']:.0f}, epoch seconds); its id "
-            "is not reused by accident: create it with `reuse_deleted_id: true` to use it again",
+            f"run {run_id!r} was deleted at {when} UTC; its id is not reused by accident: "
+            "create it with `reuse_deleted_id: true` to use it again",
         )
 
 
