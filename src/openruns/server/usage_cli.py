@@ -4,8 +4,9 @@ read from the database directly like `openruns server check`.
 
     openruns server usage [--data-dir D | --db URL] [--team T] [--project P] [--runs N] [--json]
 
-Tables on stdout (teams, projects, the N largest runs), or with --json one JSON document with
-every run. Exit status 0, or 2 when the stores cannot be opened.
+Tables on stdout (teams, projects, the N largest runs), or with --json one JSON document (one
+line: {"total", "teams", "projects", "runs"}) with every run. Exit status 0, or 2 when the
+stores cannot be opened.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def run(args: Any, settings: Any, out: TextIO | None = None, err: TextIO | None 
     finally:
         store.close()
     if args.json:
-        print(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode(), file=out)
+        print(orjson.dumps(found).decode(), file=out)  # one line, like every --json
         return 0
     _table(out, "TEAM", [(t["team_id"], t) for t in found["teams"]])
     print(file=out)
