@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "server": ("openruns.server.cli", "start the tracking server (API and dashboard)"),
     "keys": ("openruns.server.keys_cli", "create, list and revoke the server's API keys"),
     "sync": ("openruns.sync", "upload offline runs and leftover spools to a server"),
-    "runs": ("openruns.runs_cli", "create, finish, list and show runs on a server"),
+    "runs": ("openruns.runs_cli", "create, finish, list, show and delete runs on a server"),
     "alerts": ("openruns.alerts_cli", "alert rules (webhooks) and their delivery log on a server"),
     "run": ("openruns.launch.run_command", "own a run around one command: openruns run -- CMD"),
     "launch": ("openruns.launch.launch_command", "start a job's components under one run"),

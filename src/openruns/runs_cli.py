@@ -7,6 +7,7 @@
     openruns runs finish "$RUN_ID" --status failed --error "RuntimeError: OOM on node 3"
     openruns runs ls --status running
     openruns runs show "$RUN_ID"
+    openruns runs rm "$RUN_ID" --yes   # the run and everything it owns, for good
 
 A run created here has no owner process: nothing heartbeats for it, so the server never marks
 it crashed, and whoever created it sets its final status with `finish` (a hosted launch: the
@@ -91,7 +92,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show.add_argument("run_id", metavar="ID")
     add_json_option(show, "the run as GET /api/v1/runs/{id} answers it")
 
-    for action in (create, finish, ls, show):
+    rm = sub.add_parser(
+        "rm",
+        help="delete a run with everything it owns",
+        description="Delete a run for good: its metrics, episodes, annotations, console "
+        "output, files and blobs. Asks first unless --yes (without a terminal to ask on, "
+        "--yes is required). The id stays taken: creating a run with it again is refused "
+        "unless asked for explicitly (reuse_deleted_id).",
+    )
+    rm.add_argument("run_id", metavar="ID")
+    rm.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    rm.add_argument("--json", action="store_true", help="print the deletion's record as JSON")
+
+    for action in (create, finish, ls, show, rm):
         add_server_options(action, nested=True)
 
 
@@ -250,6 +263,54 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+# A deletion answers once every row and blob is gone: minutes for a very large run.
+_DELETE_TIMEOUT = 3600.0
+
+
+def _rm(args: argparse.Namespace) -> int:
+    import orjson
+
+    client, _ = _client(args)
+    try:
+        doc = _call(client, lambda wire: wire.get_run(args.run_id))
+        if not args.yes and not _confirm(doc):
+            print(f"{PROG} rm: nothing deleted", file=sys.stderr)
+            return 1
+        # Not retried: a retry of a deletion that went through would answer 404.
+        gone = client.delete_run(args.run_id, timeout=_DELETE_TIMEOUT)
+    finally:
+        client.close()
+    if args.json:
+        print(orjson.dumps(gone).decode())
+    removed = gone.get("removed", {})
+    figures = ", ".join(
+        f"{removed[key]} {label}"
+        for key, label in (
+            ("episodes", "episodes"),
+            ("metric_points", "metric rows"),
+            ("log_lines", "console lines"),
+            ("blobs", "blobs"),
+        )
+        if removed.get(key)
+    )
+    size = removed.get("blob_bytes", 0)
+    print(
+        f"{PROG}: deleted run {gone['id']} ({figures or 'no data'}; {size} bytes of blobs)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _confirm(doc: dict[str, Any]) -> bool:
+    from .errors import ConfigurationError
+
+    if not sys.stdin.isatty():
+        raise ConfigurationError("no terminal to confirm on: pass --yes to delete the run")
+    name = f" ({doc['name']})" if doc.get("name") else ""
+    answer = input(f"Delete run {doc['id']}{name}, {doc['status']}, and all its data? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
 def _absolute(base_url: str, url: str) -> str:
     return url if "://" in url else base_url + url
 
@@ -261,4 +322,4 @@ def _age(seconds: float) -> str:
     return f"{int(seconds)}s ago"
 
 
-_ACTIONS = {"create": _create, "finish": _finish, "ls": _ls, "show": _show}
+_ACTIONS = {"create": _create, "finish": _finish, "ls": _ls, "show": _show, "rm": _rm}

@@ -154,6 +154,10 @@ class WireClient:
             dict[str, Any], self._call("POST", f"{_run(run_id)}/finish", json=body, timeout=timeout)
         )
 
+    def delete_run(self, run_id: str, *, timeout: float | None = None) -> dict[str, Any]:
+        """Delete the run with everything it owns; its tombstone (what was removed)."""
+        return cast(dict[str, Any], self._call("DELETE", _run(run_id), timeout=timeout))
+
     def heartbeat(self, run_id: str, *, timeout: float | None = None) -> dict[str, Any]:
         return cast(
             dict[str, Any], self._call("POST", f"{_run(run_id)}/heartbeat", timeout=timeout)

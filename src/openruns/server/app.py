@@ -4,12 +4,12 @@ The ASGI application.
     app = create_app(ServerSettings(data_dir=Path("data")))
 
 `create_app` assembles small parts: the lifespan (open the store, run the crash sweeper, the
-search indexer, the alert evaluator and deliverer (alerts/), close), the middlewares (from the
-outside in: the access log, trusted proxies, security headers, the body-size cap, the Host check
-and cross-site writes with auth off (hosts.py), the refusal of NaN in JSON bodies), the error
-handlers, the API routers under /api/v1, and the dashboard router (web/) at the root. Pass an
-already-open `state` to keep startup errors out of the lifespan (serve.py does, so they can be
-reported in one line).
+search indexer, the purge of deleted runs, the alert evaluator and deliverer (alerts/), close),
+the middlewares (from the outside in: the access log, trusted proxies, security headers, the
+body-size cap, the Host check and cross-site writes with auth off (hosts.py), the refusal of NaN
+in JSON bodies), the error handlers, the API routers under /api/v1, and the dashboard router
+(web/) at the root. Pass an already-open `state` to keep startup errors out of the lifespan
+(serve.py does, so they can be reported in one line).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from .._version import __version__
-from . import api_docs, search_indexer
+from . import api_docs, deletion, search_indexer
 from .access_log import AccessLog
 from .alerts import delivery, evaluator
 from .config import ServerSettings
@@ -61,6 +61,7 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
             asyncio.create_task(search_indexer.follow(current)),
             asyncio.create_task(evaluator.follow(current)),
             asyncio.create_task(delivery.follow(current)),
+            asyncio.create_task(deletion.purge_forever(current)),  # interrupted deletions
         ]
         try:
             yield

@@ -1,11 +1,11 @@
 """
 `openruns server`: start the tracking server. `openruns server check`: compare the blob store
-with the database (check.py).
+with the database (check.py). `openruns server usage`: what the stores hold (usage_cli.py).
 
 The flags are generated from ServerSettings' declaration (config.py), so a new setting is a
 flag, a variable and a config key at once. A flag left out is None here, so that
 ServerSettings.resolve falls back to OPENRUNS_*, the config file, then the default. `check`
-takes the stores' settings the same way (and only those).
+and `usage` take the stores' settings the same way (and only those).
 
 Cheap to import (the `openruns` command imports it to build its parser): FastAPI, SQLAlchemy
 and uvicorn are imported in `run`.
@@ -21,7 +21,7 @@ from .config import ServerConfigError, ServerSettings, setting_specs
 
 __all__ = ["add_arguments", "run"]
 
-# The settings `openruns server check` needs: where the stores are.
+# The settings `openruns server check` and `usage` need: where the stores are.
 _STORE_SETTINGS = ("data_dir", "database_url", "blobs", "s3_endpoint_url")
 
 
@@ -34,10 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "listening on a loopback address; any other address needs --auth (API keys) or "
         "--insecure. Every flag is also the variable OPENRUNS_<NAME> and the key <name> of the "
         "config file; a flag wins over the variable, the variable over the file. `openruns "
-        "server check` lists damaged or unreferenced blobs."
+        "server check` lists damaged or unreferenced blobs; `openruns server usage` what "
+        "each team, project and run stores."
     )
     _add_settings(parser, [spec.name for spec in setting_specs()], default=None)
-    sub = parser.add_subparsers(dest="server_action", metavar="{check}")
+    sub = parser.add_subparsers(dest="server_action", metavar="{check,usage}")
     check = sub.add_parser(
         "check",
         help="list damaged or unreferenced blobs; remove the unreferenced",
@@ -74,6 +75,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         'the findings: {"clean", "blobs", "referenced", "damaged": [{"key", "reason"}], '
         '"unreferenced": [{"key", "bytes"}], "removed", "young", "verified", "min_age_hours"}',
     )
+
+    usage = sub.add_parser(
+        "usage",
+        help="bytes and rows stored per team, project and run",
+        description="What the stores hold, read from the database directly (safe while the "
+        "server runs): per team, project and run, the blobs (count, bytes) and the rows "
+        "(metric rows, episodes, annotations, console lines) with an estimate of their bytes.",
+    )
+    _add_settings(usage, list(_STORE_SETTINGS), default=argparse.SUPPRESS)
+    usage.add_argument("--team", help="only this team (default: every team)")
+    usage.add_argument("--project", help="only this project (default: every project)")
+    usage.add_argument(
+        "--runs", type=int, default=20, metavar="N", help="list the N largest runs (default 20)"
+    )
+    usage.add_argument("--json", action="store_true", help="one JSON document: every run")
 
 
 def _add_settings(parser: argparse.ArgumentParser, names: list[str], default: object) -> None:
@@ -116,6 +132,10 @@ def run(args: argparse.Namespace) -> int:
             from .check import run as run_check
 
             return run_check(args, settings)
+        if getattr(args, "server_action", None) == "usage":
+            from .usage_cli import run as run_usage
+
+            return run_usage(args, settings)
         settings.auth_enabled()  # an unsafe bind fails before the heavy imports
         from .serve import serve
 

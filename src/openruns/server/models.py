@@ -118,6 +118,11 @@ class RunCreate(_Body):
         description="a process resuming the run with an explicit id: an existing run that "
         "ended is running again (its metadata kept); a missing one is created",
     )
+    reuse_deleted_id: bool = Field(
+        False,
+        description="true: create the run even if a run with this id was deleted (without it, "
+        "that id is a 409 `run_deleted` naming the deletion)",
+    )
     heartbeat: bool = Field(
         True,
         description="false: the creator is a scheduler, not a process that heartbeats (`openruns "

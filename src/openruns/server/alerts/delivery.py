@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import orjson
 
-from ... import __version__
+from ..._version import __version__
 from ..errors import ApiError
 from ..state import ServerState
 from ..store import alerts

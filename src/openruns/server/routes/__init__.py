@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..alerts.routes import router as alerts_router
-from . import episodes, export, health, logs, metrics, rollouts, runs, session
+from . import deletion, episodes, export, health, logs, metrics, rollouts, runs, session
 
 # Not `from . import annotations`: that name is the __future__ feature imported above.
 from .annotations import router as annotations_router
@@ -21,4 +21,5 @@ ROUTERS = (
     rollouts.router,
     logs.router,
     alerts_router,
+    deletion.router,
 )

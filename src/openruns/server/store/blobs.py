@@ -53,8 +53,9 @@ class BlobStore(Protocol):
         """Remove a blob (nothing when there is none)."""
         ...
 
-    def list_blobs(self) -> Iterator[BlobInfo]:
-        """Every blob, in no particular order."""
+    def list_blobs(self, under: str = "") -> Iterator[BlobInfo]:
+        """Every blob (whose key starts with `under`, a folder like `runs/12/`), in no
+        particular order."""
         ...
 
     def describe(self) -> str:
@@ -128,9 +129,11 @@ class LocalBlobStore:
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
 
-    def list_blobs(self) -> Iterator[BlobInfo]:
-        """Every blob file; temporary files of writes in progress (dot files) are not blobs."""
-        for directory, dirs, files in os.walk(self.root):
+    def list_blobs(self, under: str = "") -> Iterator[BlobInfo]:
+        """Every blob file (under the folder `under`, e.g. `runs/12/`); temporary files of
+        writes in progress (dot files) are not blobs."""
+        top = self._path(under.rstrip("/")) if under.strip("/") else self.root
+        for directory, dirs, files in os.walk(top):
             dirs[:] = [d for d in dirs if not d.startswith(".")]
             for name in files:
                 if name.startswith("."):

@@ -27,6 +27,7 @@ from ...identity import RUN_ID_PATTERN, invalid_run_id  # the SDK's rule, writte
 from ...spec import RunStatus
 from ..errors import ApiError, bad_request, conflict
 from . import alerts, metrics
+from .deletion import refuse_deleted_id
 from .schema import run_tags, runs
 from .sql import insert_ignore
 
@@ -132,7 +133,8 @@ def create_run(
     is a 409, so that a lookup by id alone stays unambiguous. `fields["resume"]`: an existing
     run that ended is running again (a process resumes it with an explicit id).
     `fields["heartbeat"]` false: no process heartbeats for the run (a scheduler created it), so
-    silence never crashes it.
+    silence never crashes it. An id whose run was deleted is a 409 naming the deletion unless
+    `fields["reuse_deleted_id"]` (store/deletion.py).
     Two replicas racing with the same create both end with the same run: the insert ignores a
     conflict on either unique column, then reads.
     """
@@ -157,6 +159,8 @@ def create_run(
             existing = get_run_by_seq(conn, existing["seq"])
             assert existing is not None
         return existing, False
+    if not fields.get("reuse_deleted_id"):
+        refuse_deleted_id(conn, team_id, fields["id"])  # 409 naming the deletion (issue 22)
     tags = _unique(fields.get("tags") or [])
     created_at = min(now, fields.get("created_at") or now)  # a run's own start (openruns sync)
     values = {

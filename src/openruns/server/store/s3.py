@@ -157,9 +157,12 @@ class S3BlobStore:
     def delete(self, key: str) -> None:
         self._call(self.client.delete_object, Bucket=self.bucket, Key=self._name(key))
 
-    def list_blobs(self) -> Iterator[BlobInfo]:
-        """Every object under the prefix (ListObjectsV2, a page of 1,000 at a time)."""
+    def list_blobs(self, under: str = "") -> Iterator[BlobInfo]:
+        """Every object under the prefix, or under its `under` (ListObjectsV2, a page of 1,000
+        at a time)."""
         prefix = f"{self.prefix}/" if self.prefix else ""
+        base = len(prefix)
+        prefix += under
         token: str | None = None
         while True:
             extra = {"ContinuationToken": token} if token else {}
@@ -167,7 +170,7 @@ class S3BlobStore:
                 self.client.list_objects_v2, Bucket=self.bucket, Prefix=prefix, **extra
             )
             for item in page.get("Contents", []):
-                key = item["Key"][len(prefix) :]
+                key = item["Key"][base:]
                 yield BlobInfo(key, int(item["Size"]), item["LastModified"].timestamp())
             if not page.get("IsTruncated"):
                 return

@@ -35,6 +35,10 @@ create it; a change here needs a new numbered migration.
   is firing and how many times it fired (the dedupe key of a delivery); the deliveries, claimed
   by one replica at a time; per run when its data last arrived and whether it changed since
   the evaluator last looked (server/alerts/).
+- run_deletions (migration 0013): the tombstone of every deleted run (store/deletion.py): its
+  seq, team and id, when and by whom, and when its rows and blobs were all removed. `runs` and
+  `episodes` are AUTOINCREMENT on SQLite from then on, so a deleted run's numbers are never
+  handed out again.
 - episode_search (migration 0006): the full-text index of rollouts; its shape differs by
   dialect (FTS5 / tsvector), so it is not a Table here: store/search.py writes its SQL.
 """
@@ -77,6 +81,7 @@ __all__ = [
     "prime_environments",
     "prime_objects",
     "receipts",
+    "run_deletions",
     "run_tags",
     "runs",
     "segments",
@@ -175,6 +180,7 @@ runs = Table(
     Index("ix_runs_status", "status"),
     Index("ix_runs_team_group", "team_id", "group_name"),
     Index("ix_runs_team_project", "team_id", "project", "seq"),
+    sqlite_autoincrement=True,  # a deleted run's seq is never handed out again (0013)
 )
 
 run_tags = Table(
@@ -275,6 +281,7 @@ episodes = Table(
     Index("ix_episodes_run_id", "run_seq", "episode_id"),
     Index("ix_episodes_run_kind_step", "run_seq", "stream", "kind", "step"),
     Index("ix_episodes_run_trained", "run_seq", "stream", "trained_step", "reward", "step"),
+    sqlite_autoincrement=True,  # seqs of a deleted run's episodes are never reused (0013)
 )
 
 # The cohorts a stored episode was marked into after it was indexed (logged again with another
@@ -501,4 +508,25 @@ alert_activity = Table(
     Column("last_data_at", Float),
     Column("pending", Boolean, nullable=False),
     Index("ix_alert_activity_pending", "pending"),
+)
+
+
+# -- deleted runs (migration 0013) ----------------------------------------------------------------
+
+run_deletions = Table(
+    "run_deletions",
+    metadata,
+    Column("run_seq", Integer, primary_key=True, autoincrement=False),
+    Column("team_id", String(128), nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("project", String(256)),
+    Column("name", Text),
+    Column("deleted_at", Float, nullable=False),
+    Column("deleted_by", String(128)),  # the caller's rate-limit bucket (key:N), or null
+    # When a purge last made progress: another replica resumes one silent for PURGE_LEASE.
+    Column("claimed_at", Float),
+    Column("purged_at", Float),  # every row and blob removed; null while under way
+    Column("removed", Text, nullable=False, server_default="{}"),  # JSON counts
+    Index("ix_run_deletions_team_id", "team_id", "run_id"),
+    Index("ix_run_deletions_purged", "purged_at"),
 )

@@ -103,6 +103,10 @@ def add_documents(conn: Connection, expected: int, new: int, docs: list[Document
     replica) moved it first: then nothing is written and False is returned."""
     if indexed_seq(conn) != expected:
         return False
+    if docs:  # not the records of a run deleted since they were read (store/deletion.py)
+        seqs = [doc[0] for doc in docs]
+        alive = set(conn.execute(select(_e.c.seq).where(_e.c.seq.in_(seqs))).scalars())
+        docs = [doc for doc in docs if doc[0] in alive]
     if docs and _postgres(conn):
         conn.execute(
             text(

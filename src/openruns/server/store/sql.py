@@ -9,7 +9,9 @@ store is portable SQLAlchemy Core and goes through these helpers where it must:
   PostgreSQL, COPY into a staging table, then one INSERT ... SELECT).
 - `lock_run`: serializes the writes of one run across every replica for the rest of the
   transaction (a no-op on SQLite, where one writer does everything). A write that reads rows
-  it then rewrites (block summaries, a receipt check, a summary merge) takes it first.
+  it then rewrites (block summaries, a receipt check, a summary merge) takes it first. It
+  then checks that the run still exists: an upload that read the run before it was deleted
+  (store/deletion.py) gets a 404 and stores nothing.
 - `lock_migrations`: one replica at a time migrates the schema.
 """
 
@@ -20,6 +22,9 @@ from typing import Any
 from sqlalchemy import Connection, Table, bindparam, column, func, select
 from sqlalchemy import table as sql_table
 from sqlalchemy.dialects.postgresql import ARRAY
+
+from ..errors import not_found
+from .schema import runs
 
 __all__ = ["executemany", "insert_ignore", "lock_migrations", "lock_run", "upsert"]
 
@@ -55,10 +60,14 @@ def insert_ignore(conn: Connection, table: Table) -> Any:
     return _insert(conn, table).on_conflict_do_nothing()
 
 
-def lock_run(conn: Connection, run_seq: int) -> None:
-    """Hold the run's write lock until the transaction ends (PostgreSQL; SQLite needs none)."""
+def lock_run(conn: Connection, run_seq: int, check: bool = True) -> None:
+    """Hold the run's write lock until the transaction ends (PostgreSQL; SQLite needs none),
+    then (`check`) 404 unless the run still exists: it may have been deleted since the
+    caller read it."""
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s, %s)", (_RUN_LOCKS, run_seq))
+    if check and conn.execute(select(runs.c.id).where(runs.c.seq == run_seq)).first() is None:
+        raise not_found("the run was deleted while this request was under way")
 
 
 def lock_migrations(conn: Connection) -> None:

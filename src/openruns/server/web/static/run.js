@@ -78,7 +78,7 @@ function renderHeader(run) {
   const header = document.getElementById("run-header");
   fill(header,
     h("h1", {}, runTitle(run), " ", statusBadge(run.status), " ", h("span", { class: "badge kind" }, run.kind),
-      run.status === "running" ? [" ", stopButton(run)] : null),
+      run.status === "running" ? [" ", stopButton(run)] : null, " ", deleteButton(run)),
     run.description ? h("p", { class: "description" }, run.description) : null,
     endingBox(run),
     h("dl", { class: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
@@ -476,6 +476,29 @@ function stopButton(run) {
   return button;
 }
 
+// Delete: the run and everything it owns, for good, after the browser's own confirmation. The
+// page stops polling first (the run answers 404 from the moment it is deleted), then goes to
+// the runs page once the server has removed everything.
+function deleteButton(run) {
+  const button = h("button", { type: "button", id: "delete-run", class: "danger", title: "Delete this run and all its data" }, "Delete run");
+  button.addEventListener("click", async () => {
+    const name = run.name ? ` (${run.name})` : "";
+    if (!confirm(`Delete run ${run.id}${name} and all its data: metrics, episodes, logs, files? This cannot be undone.`)) return;
+    button.disabled = true;
+    button.textContent = "Deleting…";
+    polling.stop();
+    try {
+      await apiSend("DELETE", base);
+      location.assign(`/?deleted=${encodeURIComponent(run.id)}`);
+    } catch (error) {
+      button.disabled = false;
+      button.textContent = "Delete run";
+      showError(error);
+    }
+  });
+  return button;
+}
+
 let configShown = false;
 let timelineAt = Date.now();
 async function tick() {
@@ -527,4 +550,4 @@ async function tick() {
 setUpSlider();
 setUpNotes();
 setUpTabs();
-poll(tick, POLL_MS);
+const polling = poll(tick, POLL_MS);

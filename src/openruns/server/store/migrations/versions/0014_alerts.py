@@ -1,7 +1,7 @@
 """Alerts (issue 22): rules, their per-run state, deliveries, and what changed per run.
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 
 - alert_rules: a rule per team or project: its condition (JSON), its webhook (URL, body format,
   signing secret), enabled.
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0012"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
