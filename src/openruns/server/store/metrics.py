@@ -33,6 +33,7 @@ from .sql import executemany, upsert
 __all__ = [
     "EVAL_PREFIX",
     "MAX_STEP",
+    "TIME_KEYED_MARK",
     "MetricPoints",
     "is_kind",
     "key_ids",
@@ -41,6 +42,7 @@ __all__ = [
     "run_keys",
     "series",
     "set_step_metrics",
+    "step_key_stats",
     "write_points",
 ]
 
@@ -212,7 +214,7 @@ def key_stats(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
     `label`: the key, and "<key> (by time)" for the time-keyed entry of such a key (issue 24:
     two entries named alike).
     """
-    stepped = [{**row, "axis": "step", "last_ts": None} for row in _step_key_stats(conn, run_seq)]
+    stepped = [{**row, "axis": "step", "last_ts": None} for row in step_key_stats(conn, run_seq)]
     timed = metric_times.key_stats(conn, run_seq)
     both = {row["key"] for row in stepped}
     for row in stepped:
@@ -222,16 +224,21 @@ def key_stats(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
     return sorted(stepped + timed, key=lambda r: (r["key"], r["axis"]))
 
 
-def _step_key_stats(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
+def step_key_stats(
+    conn: Connection, run_seq: int, ids: list[int] | None = None
+) -> list[dict[str, Any]]:
+    """{key, last_step, last_value, count, step_metric} of the run's keys with step-keyed
+    points (of those with ids `ids` when given), by name."""
     top = len(BLOCK_SIZES)
     k, b, p = metric_keys, metric_blocks, metric_points
+    of_run = select(k.c.id).where(k.c.run_seq == run_seq)
     agg = (
         select(
             b.c.key_id,
             func.sum(b.c.count).label("count"),
             func.max(b.c.last_step).label("last_step"),
         )
-        .where(b.c.level == top, b.c.key_id.in_(select(k.c.id).where(k.c.run_seq == run_seq)))
+        .where(b.c.level == top, b.c.key_id.in_(of_run if ids is None else ids))
         .group_by(b.c.key_id)
         .subquery()
     )
