@@ -39,6 +39,7 @@ __all__ = [
     "key_ids",
     "key_stats",
     "points_page",
+    "rebuild_blocks",
     "run_keys",
     "series",
     "set_step_metrics",
@@ -71,10 +72,15 @@ Summary = tuple[int, float, float, int, float]
 
 
 def write_points(
-    conn: Connection, run_seq: int, points: dict[tuple[str, int], tuple[float, float | None]]
+    conn: Connection,
+    run_seq: int,
+    points: dict[tuple[str, int], tuple[float, float | None]],
+    touched: dict[int, set[int]] | None = None,
 ) -> int:
     """Upsert {(key, step): (value, ts)} and rebuild the touched block summaries; upsert the
-    time-keyed points of a MetricPoints per (key, ts)."""
+    time-keyed points of a MetricPoints per (key, ts). With `touched`, the summaries are not
+    rebuilt: the level-1 blocks written are added to it ({key id: blocks}) for one
+    `rebuild_blocks` after several calls."""
     by_time: dict[tuple[str, float], float] = getattr(points, "by_time", {})
     if not points and not by_time:
         return 0
@@ -89,10 +95,11 @@ def write_points(
     rows = [(ids[name], step, value, ts) for (name, step), (value, ts) in points.items()]
     stmt = upsert(conn, metric_points, ("key_id", "step"), ("value", "ts"))
     executemany(conn, stmt, ("key_id", "step", "value", "ts"), rows)
-    touched: dict[int, set[int]] = {}
+    blocks: dict[int, set[int]] = {} if touched is None else touched
     for name, step in points:
-        touched.setdefault(ids[name], set()).add(step // BLOCK_SIZES[0])
-    _rebuild_blocks(conn, touched)
+        blocks.setdefault(ids[name], set()).add(step // BLOCK_SIZES[0])
+    if touched is None:
+        rebuild_blocks(conn, blocks)
     return len(rows) + len(by_time)
 
 
@@ -126,8 +133,9 @@ def set_step_metrics(conn: Connection, run_seq: int, axes: dict[str, str | None]
 _BLOCK_COLUMNS = ("key_id", "level", "block", "count", "min", "max", "last_step", "last_value")
 
 
-def _rebuild_blocks(conn: Connection, touched: dict[int, set[int]]) -> None:
-    """Recompute the summaries of the touched level-1 blocks and of their parents."""
+def rebuild_blocks(conn: Connection, touched: dict[int, set[int]]) -> None:
+    """Recompute the summaries of the touched level-1 blocks ({key id: blocks}) and of their
+    parents."""
     stmt = upsert(conn, metric_blocks, _BLOCK_COLUMNS[:3], _BLOCK_COLUMNS[3:])
     for level in range(1, len(BLOCK_SIZES) + 1):
         # Keys of one upload usually share their steps: one query per distinct block range.
