@@ -1,6 +1,7 @@
 """
 One run's metrics at scale (issue 21), against a real `openruns server` process on loopback
-(embedded store: SQLite and a data directory):
+(SQLite and a data directory; `--store postgres`: PostgreSQL + an S3 bucket, the tests'
+throwaway services of tests/services.py, durable, moto's server for S3):
 
 1. upload: one upload of 1,000,000 metric rows (~55 MB of NDJSON, zstd); the server's peak RSS
    (VmHWM of /proc/<pid>/status) before and after it, and the time to its receipt (target:
@@ -15,6 +16,7 @@ One run's metrics at scale (issue 21), against a real `openruns server` process 
 
     uv run python benchmarks/metric_keys.py                  # all three
     uv run python benchmarks/metric_keys.py --part upload --src /work/main/src
+    uv run python benchmarks/metric_keys.py --part keys --store postgres
 
 Results go in docs/benchmarks.md, section "One run's metrics at scale".
 """
@@ -29,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -40,15 +44,39 @@ CHROMIUM = os.environ.get("OPENRUNS_TEST_CHROMIUM", "/usr/bin/chromium")
 MiB = 1024 * 1024
 
 
-def start_server(data_dir: Path, src: str) -> tuple[subprocess.Popen[bytes], str]:
-    """`openruns server --port 0` of the code in `src` (no bytecode written there)."""
-    log = data_dir.with_suffix(".log")
+@contextmanager
+def store_args(store: str) -> Iterator[list[str]]:
+    """The `openruns server` arguments of a fresh store of this kind."""
+    if store == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="openruns-keys-") as tmp:
+            yield ["--data-dir", f"{tmp}/data"]
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.services
+    from tests.services import PostgresCluster, S3Endpoint, postgres_bin
+
+    bindir = postgres_bin()
+    if bindir is None:
+        sys.exit("--store postgres needs PostgreSQL: apt-get install postgresql")
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1"
+    )
+    cluster = PostgresCluster(bindir, durable=True).start()
+    s3 = S3Endpoint().start()
+    try:
+        db, bucket = cluster.new_database(), s3.new_bucket()
+        yield ["--db", db, "--blobs", bucket, "--s3-endpoint-url", s3.url]
+    finally:
+        s3.stop()
+        cluster.stop()
+
+
+def start_server(args: list[str], src: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`openruns server --port 0 ARGS` of the code in `src` (no bytecode written there)."""
+    log = Path(tempfile.mkstemp(prefix="openruns-keys-", suffix=".log")[1])
     env = {**os.environ, "PYTHONPATH": src, "PYTHONDONTWRITEBYTECODE": "1"}
     with log.open("wb") as out:
-        cmd = [sys.executable, "-m", "openruns.cli", "server", "--port", "0"]
-        proc = subprocess.Popen(
-            [*cmd, "--data-dir", str(data_dir)], env=env, stdout=out, stderr=subprocess.STDOUT
-        )
+        cmd = [sys.executable, "-m", "openruns.cli", "server", "--port", "0", *args]
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if match := re.search(rb"listening on (http://\S+)", log.read_bytes()):
@@ -94,10 +122,10 @@ def million_rows(rows: int) -> bytes:
     )
 
 
-def bench_upload(src: str, rows: int) -> dict:
+def bench_upload(src: str, rows: int, store: str) -> dict:
     raw = million_rows(rows)
-    with tempfile.TemporaryDirectory(prefix="openruns-upload-") as tmp:
-        proc, url = start_server(Path(tmp) / "data", src)
+    with store_args(store) as args:
+        proc, url = start_server(args, src)
         try:
             with httpx.Client(base_url=url + "/api/v1", timeout=600) as http:
                 # Warm up every path of an upload first, so the baseline includes them.
@@ -115,6 +143,7 @@ def bench_upload(src: str, rows: int) -> dict:
             proc.wait(30)
     return {
         "src": src,
+        "store": store,
         "rows": rows,
         "raw_mb": len(raw) / MiB,
         "zstd_mb": len(zstandard.ZstdCompressor(level=3).compress(raw)) / MiB,
@@ -280,6 +309,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("upload", "keys", "pages", "all"), default="all")
     parser.add_argument("--src", default=SRC, help="the server code to run (--part upload)")
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--steps", type=int, default=5)
@@ -287,10 +317,10 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()}", flush=True)
     if args.part in ("upload", "all"):
-        print(table([bench_upload(args.src, args.rows)]), flush=True)
+        print(table([bench_upload(args.src, args.rows, args.store)]), flush=True)
     if args.part in ("keys", "pages", "all"):
-        with tempfile.TemporaryDirectory(prefix="openruns-keys-") as tmp:
-            proc, url = start_server(Path(tmp) / "data", SRC)
+        with store_args(args.store) as server_args:
+            proc, url = start_server(server_args, SRC)
             try:
                 with httpx.Client(base_url=url + "/api/v1", timeout=600) as http:
                     run_id = seed_keys(http, args.keys, args.steps)

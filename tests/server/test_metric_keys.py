@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import orjson
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, text
+
+from openruns.server.store import Store, key_pages
+from openruns.server.store.migrate import SCRIPTS
 
 from .helpers import create_run, error_of, upload
 
@@ -122,3 +128,36 @@ def test_a_series_read_gives_at_most_500_keys(client):
     assert fine.status_code == 200 and len(fine.json()["series"]) == 500
     one = client.get(f"/runs/{rid}/metrics", params={"keys": "m000", "max_points": 1}).json()
     assert one["downsampled"] is True and one["series"]["m000"]["value"] == [2.0]
+
+
+def test_a_database_from_before_keeps_its_keys_in_recent_order(backend, stores_factory, tmp_path):
+    """Migration 0015 fills each key's last step from its block summaries."""
+    if backend == "postgres":
+        url = stores_factory.postgres().new_database(migrated=False)
+        url = url.replace("postgresql://", "postgresql+psycopg://")
+    else:
+        url = f"sqlite:///{tmp_path}/openruns.db"
+    engine = create_engine(url)
+    config = Config()
+    config.set_main_option("script_location", str(SCRIPTS))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0011")
+        conn.execute(text("INSERT INTO metric_keys (id, run_seq, name) VALUES (1, 7, 'old'), "
+                          "(2, 7, 'new'), (3, 7, 'by-time-only')"))  # fmt: skip
+        blocks = "INSERT INTO metric_blocks VALUES (:key, 5, 0, 1, 1.0, 1.0, :step, 1.0)"
+        conn.execute(text(blocks), [{"key": 1, "step": 3}, {"key": 2, "step": 900}])
+    engine.dispose()
+    store = Store.open(url)  # migrates to the newest schema
+    try:
+        page = store.db.read_sync(lambda conn: key_pages.key_page(conn, 7, 10, order="recent"))
+        # Entries need points (none were stored here): the order is in the keys' cursor.
+        assert page.items == [] and page.after is None and page.total == 3
+        order = store.db.read_sync(
+            lambda conn: conn.execute(
+                text("SELECT name, last_step FROM metric_keys ORDER BY last_step DESC")
+            ).all()
+        )
+        assert [tuple(row) for row in order] == [("new", 900), ("old", 3), ("by-time-only", -1)]
+    finally:
+        store.close()

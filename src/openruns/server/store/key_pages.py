@@ -5,8 +5,8 @@ A page is up to `limit` keys of the run, found by a keyset over `metric_keys` (n
 offset), filtered by a substring (`q`, any case) or a prefix (exact), in one of two orders:
 
 - "name": by name, the cursor the last name;
-- "recent": the keys logged at the latest step first (their last step, from the top-level
-  block summaries; keys with only time-keyed rows last), then by name; the cursor the last
+- "recent": the keys logged at the latest step first (`metric_keys.last_step`, kept at write
+  time and indexed; keys with only time-keyed rows last), then by name; the cursor the last
   (step, name).
 
 Each key of a page gives the entries `metrics.key_stats` gives it (one per axis, labelled
@@ -23,12 +23,11 @@ from sqlalchemy import ColumnElement, Connection, and_, func, literal, or_, sele
 
 from . import metric_times
 from .metrics import TIME_KEYED_MARK, step_key_stats
-from .schema import BLOCK_SIZES, metric_blocks, metric_keys
+from .schema import metric_keys
 
 __all__ = ["KeyOrder", "KeyPage", "count_keys", "key_page"]
 
 KeyOrder = Literal["name", "recent"]
-_NO_STEP = -1  # the "recent" order's last step of a key with only time-keyed rows
 
 
 @dataclass(frozen=True)
@@ -66,22 +65,8 @@ def key_page(
             query = query.where(k.c.name > after[-1])
         query = query.order_by(k.c.name)
     else:
-        top = metric_blocks
-        last = (
-            select(top.c.key_id, func.max(top.c.last_step).label("last_step"))
-            .where(
-                top.c.level == len(BLOCK_SIZES),
-                top.c.key_id.in_(select(k.c.id).where(k.c.run_seq == run_seq)),
-            )
-            .group_by(top.c.key_id)
-            .subquery()
-        )
-        step = func.coalesce(last.c.last_step, _NO_STEP)
-        query = (
-            select(k.c.id, k.c.name, step)
-            .select_from(k.outerjoin(last, last.c.key_id == k.c.id))
-            .where(*matches)
-        )
+        step = k.c.last_step
+        query = select(k.c.id, k.c.name, step).where(*matches)
         if after is not None:
             query = query.where(or_(step < after[0], and_(step == after[0], k.c.name > after[1])))
         query = query.order_by(step.desc(), k.c.name)

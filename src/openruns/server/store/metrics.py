@@ -98,9 +98,20 @@ def write_points(
     blocks: dict[int, set[int]] = {} if touched is None else touched
     for name, step in points:
         blocks.setdefault(ids[name], set()).add(step // BLOCK_SIZES[0])
+    _raise_last_steps(conn, sorted({ids[name] for name, _ in points}))
     if touched is None:
         rebuild_blocks(conn, blocks)
     return len(rows) + len(by_time)
+
+
+def _raise_last_steps(conn: Connection, key_ids: list[int]) -> None:
+    """metric_keys.last_step of these keys set to the highest step of their points (one index
+    lookup each: points are clustered by (key, step))."""
+    p, k = metric_points, metric_keys
+    highest = select(func.max(p.c.step)).where(p.c.key_id == k.c.id).scalar_subquery()
+    for i in range(0, len(key_ids), _IN_CHUNK):
+        chunk = key_ids[i : i + _IN_CHUNK]
+        conn.execute(update(k).where(k.c.id.in_(chunk)).values(last_step=highest))
 
 
 def key_ids(conn: Connection, run_seq: int, names: Iterable[str], create: bool) -> dict[str, int]:
