@@ -63,7 +63,8 @@ def store_args(store: str) -> Iterator[list[str]]:
     cluster = PostgresCluster(bindir, durable=True).start()
     s3 = S3Endpoint().start()
     try:
-        db, bucket = cluster.new_database(), s3.new_bucket()
+        # Migrated by the server it serves (`--src` may be older code).
+        db, bucket = cluster.new_database(migrated=False), s3.new_bucket()
         yield ["--db", db, "--blobs", bucket, "--s3-endpoint-url", s3.url]
     finally:
         s3.stop()
