@@ -69,6 +69,24 @@ def test_metrics_rows_and_frames(server, client, monkeypatch):
         client.metrics_frame(rid, frame="polars")
 
 
+def test_many_keys_are_read_in_pages_and_groups(server, client):
+    """A run of 5,200 keys: metric_keys follows the key pages, metrics() reads the series of
+    every key in groups the server accepts (500 keys a request)."""
+    with api(server[0].url) as http:
+        rid = create_run(http)["id"]
+        values = {f"k/{i:04d}": float(i) for i in range(5200)}
+        upload(http, rid, "metrics", metric_rows([0], **values) + metric_rows([1], **values))
+    keys = client.metric_keys(rid)
+    assert [k["key"] for k in keys] == sorted(values) and keys[-1]["last_step"] == 1
+    assert [k["key"] for k in client.metric_keys(rid, q="K/519")] == [
+        f"k/519{i}" for i in range(10)
+    ]
+    assert len(client.metric_keys(rid, prefix="k/00")) == 100
+    rows = client.metrics(rid)
+    assert len(rows) == 10_400 and {r["key"] for r in rows} == set(values)
+    assert [r["value"] for r in rows if r["key"] == "k/4321"] == [4321.0, 4321.0]
+
+
 def test_episodes_follow_cursors(server, client):
     _, runs, records = server
     rid = runs[-1]["id"]

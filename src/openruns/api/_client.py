@@ -19,6 +19,8 @@ _RUNS_PAGE = 200
 _EPISODES_PAGE = 500
 _SEARCH_PAGE = 100
 _LOGS_PAGE = 5000  # the server's largest page
+_KEYS_PAGE = 5000  # the server's largest page of metric keys
+_SERIES_KEYS = 500  # the most keys the server reads series of in one request
 
 
 class Client:
@@ -69,14 +71,18 @@ class Client:
     def run(self, run_id: str) -> dict[str, Any]:
         return cast(dict[str, Any], self._get(_run_path(run_id)))
 
-    def metric_keys(self, run_id: str) -> list[dict[str, Any]]:
+    def metric_keys(
+        self, run_id: str, *, q: str | None = None, prefix: str | None = None
+    ) -> list[dict[str, Any]]:
         """
-        Every metric key of a run: `{"key", "label", "axis", "last_step", "last_ts",
-        "last_value", "count"}` by key, `axis` "step" or "time" (the rows logged without a
-        step). A key logged both ways has an entry per axis, the time one labelled
-        `"<key> (by time)"`: show `label`, not `key`.
+        Every metric key of a run (or those containing `q`, any case, or starting with
+        `prefix`): `{"key", "label", "axis", "last_step", "last_ts", "last_value", "count"}` by
+        key, `axis` "step" or "time" (the rows logged without a step). A key logged both ways
+        has an entry per axis, the time one labelled `"<key> (by time)"`: show `label`, not
+        `key`. Read in pages of _KEYS_PAGE keys.
         """
-        return cast(list[dict[str, Any]], self._get(f"{_run_path(run_id)}/metrics/keys"))
+        params = {"q": q, "prefix": prefix}
+        return list(self._pages(f"{_run_path(run_id)}/metrics/keys", params, _KEYS_PAGE))
 
     def metrics(
         self,
@@ -94,22 +100,27 @@ class Client:
         """
         if isinstance(keys, str):
             keys = [keys]
+        if keys is None:
+            keys = list(dict.fromkeys(row["key"] for row in self.metric_keys(run_id)))
         params: dict[str, Any] = {"max_points": max_points, "kind": kind}
-        if keys is not None:
-            params["keys"] = ",".join(keys)
         params = {k: v for k, v in params.items() if v is not None}
-        body = self._get(f"{_run_path(run_id)}/metrics", params)
-        rows = [
-            {"step": step, "key": key, "value": value, "ts": None}
-            for key, s in body["series"].items()
-            for step, value in zip(s["step"], s["value"], strict=True)
-        ]
-        rows += [
-            {"step": None, "key": key, "value": value, "ts": ts}
-            for key, s in body.get("time", {}).items()
-            for ts, value in zip(s["ts"], s["value"], strict=True)
-        ]
-        return rows
+        stepped: list[dict[str, Any]] = []
+        timed: list[dict[str, Any]] = []
+        # The server reads the series of at most _SERIES_KEYS keys a request.
+        for i in range(0, len(keys), _SERIES_KEYS):
+            names = ",".join(keys[i : i + _SERIES_KEYS])
+            body = self._get(f"{_run_path(run_id)}/metrics", {**params, "keys": names})
+            stepped += [
+                {"step": step, "key": key, "value": value, "ts": None}
+                for key, s in body["series"].items()
+                for step, value in zip(s["step"], s["value"], strict=True)
+            ]
+            timed += [
+                {"step": None, "key": key, "value": value, "ts": ts}
+                for key, s in body.get("time", {}).items()
+                for ts, value in zip(s["ts"], s["value"], strict=True)
+            ]
+        return stepped + timed
 
     def metrics_frame(
         self,

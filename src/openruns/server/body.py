@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +38,10 @@ __all__ = [
     "DecodeLimits",
     "Survey",
     "decode",
+    "decoded_pieces",
     "decompress",
     "iter_objects",
+    "stream_objects",
     "read_body",
     "survey",
 ]
@@ -141,6 +143,12 @@ def decode(body: bytes, encoding: str | None, size: int) -> bytes:
     return bytes(out)
 
 
+def decoded_pieces(body: bytes, encoding: str | None) -> Iterator[bytes]:
+    """The decoded body in pieces of at most PIECE bytes, once `survey` has found it within
+    its limits (nothing is checked here)."""
+    return _pieces(body, encoding, PIECE)
+
+
 def _pieces(body: bytes, encoding: str | None, piece: int) -> Iterator[bytes]:
     name = (encoding or "identity").strip().lower()
     if name == "identity":
@@ -201,15 +209,40 @@ def _gunzip(body: bytes, piece: int) -> Iterator[bytes]:
         raise bad_request("invalid_body", f"the body is not valid gzip: {exc}") from exc
 
 
-def iter_objects(data: bytes) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
+def stream_objects(pieces: Iterable[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
     """
-    (line number, offset, length, object) for every non-blank NDJSON line; 400 naming the line
-    when one is not a JSON object. Offsets and lengths exclude the newline. A blank line costs
-    a comparison, never a parse.
+    (line number, object) for every non-blank NDJSON line of a body decoded piece by piece
+    (`decoded_pieces`), as `iter_objects` gives them: only the line under way is carried from
+    one piece to the next, so the whole body is never in memory.
+    """
+    tail = b""
+    lines = 0  # lines of the body before `tail`
+    for piece in pieces:
+        data = tail + piece if tail else piece
+        end = data.rfind(b"\n")
+        if end < 0:
+            tail = data
+            continue
+        whole = data[:end]
+        for lineno, _, _, value in iter_objects(whole, lines + 1):
+            yield lineno, value
+        lines += whole.count(b"\n") + 1
+        tail = data[end + 1 :]
+    for lineno, _, _, value in iter_objects(tail, lines + 1):
+        yield lineno, value
+
+
+def iter_objects(
+    data: bytes, first_line: int = 1
+) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
+    """
+    (line number, offset, length, object) for every non-blank NDJSON line, numbered from
+    `first_line`; 400 naming the line when one is not a JSON object. Offsets and lengths
+    exclude the newline. A blank line costs a comparison, never a parse.
     """
     view = memoryview(data)  # lines are parsed in place, never copied out of the body
     offset = 0
-    lineno = 0
+    lineno = first_line - 1
     while offset <= len(data):
         end = data.find(b"\n", offset)
         if end < 0:

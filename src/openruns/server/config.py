@@ -225,6 +225,12 @@ class ServerSettings:
         metavar="N",
         help="lines of one upload once decompressed (blank lines count); more get 413",
     )
+    metric_chunk_points: int = setting(
+        50_000,
+        metavar="N",
+        help="metric points of an upload parsed and written at a time (within its one "
+        "transaction): the upload's memory follows this, not its size",
+    )
     max_record_bytes: int = setting(
         64 * MiB,
         name="max_record_mib",

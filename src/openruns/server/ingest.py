@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from ..batches import BATCH_CONTENT_TYPE
-from .body import DecodeLimits, decode, iter_objects, read_body, survey
+from .body import DecodeLimits, decode, decoded_pieces, read_body, stream_objects, survey
 from .config import ServerSettings
 from .errors import bad_request
 from .limits import Ticket, ingest_caller
@@ -47,7 +48,7 @@ __all__ = [
     "Upload",
     "decode_limits",
     "ingest_records",
-    "parse_metrics",
+    "metric_chunks",
     "receive",
     "upload_episodes",
     "upload_metrics",
@@ -55,19 +56,23 @@ __all__ = [
 
 MAX_KEY_CHARS = 512
 
-Points = dict[tuple[str, int], tuple[float, float | None]]
-
 
 async def upload_metrics(
     state: ServerState, request: Request, run: dict[str, Any], key: str | None
 ) -> dict[str, Any]:
+    """A metrics upload, streamed: its body is decoded, parsed and written a chunk of
+    `metric_chunk_points` points at a time, all in the one transaction that stores its
+    receipt (store.ingest_metrics), so peak memory follows the chunk, not the upload."""
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
     with state.gate.admit(ingest_caller(request)) as ticket:
-        upload = await receive(state, request, run, "metrics", key, ticket)
+        upload = await receive(state, request, run, "metrics", key, ticket, decoded=False)
         if upload.prior is not None:
             return upload.prior
-        rows, points = await run_in_threadpool(parse_metrics, upload.data)
-        return await state.store.ingest_metrics(run["seq"], upload.key, points, rows, upload.digest)
+        chunks = metric_chunks(
+            stream_objects(decoded_pieces(upload.data, upload.encoding)),
+            state.settings.metric_chunk_points,
+        )
+        return await state.store.ingest_metrics(run["seq"], upload.key, chunks, upload.digest)
 
 
 async def upload_episodes(
@@ -139,13 +144,15 @@ async def _commit(
 
 @dataclass
 class Upload:
-    """A received NDJSON upload: its decoded body (empty for a replay), its key, the SHA-256
-    of the decoded body, and the earlier receipt of that key, if it is a replay."""
+    """A received NDJSON upload: its body (empty for a replay; decoded unless it was received
+    with `decoded=False`: then as sent, in `encoding`), its key, the SHA-256 of the decoded
+    body, and the earlier receipt of that key, if it is a replay."""
 
     data: bytes
     key: str
     digest: str
     prior: dict[str, Any] | None
+    encoding: str | None = None
 
 
 def decode_limits(settings: ServerSettings) -> DecodeLimits:
@@ -161,12 +168,14 @@ async def receive(
     kind: str,
     key: str | None,
     ticket: Ticket,
+    decoded: bool = True,
 ) -> Upload:
     """
     Read and decode an NDJSON upload. The decoded body is surveyed first (body.survey: its
     bounds and its digest, with a bounded window of memory), so a bomb or a replay is answered
     before anything is decoded into memory; a body within bounds counts its decoded bytes
-    against the in-flight budget, then is decoded. A known key with another body is 422.
+    against the in-flight budget, then is decoded (unless `decoded` is False: the caller
+    decodes it as a stream). A known key with another body is 422.
     """
     settings = state.settings
     body = await read_body(request, settings.max_body_bytes, ticket)
@@ -177,6 +186,8 @@ async def receive(
     if prior is not None:
         return Upload(b"", key, measured.digest, prior)
     ticket.hold(measured.size)
+    if not decoded:
+        return Upload(body, key, measured.digest, None, encoding)
     data = await run_in_threadpool(decode, body, encoding, measured.size)
     return Upload(data, key, measured.digest, None)
 
@@ -185,49 +196,63 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def parse_metrics(data: bytes) -> tuple[int, Points]:
+def metric_chunks(
+    objects: Iterable[tuple[int, dict[str, Any]]], chunk_points: int
+) -> Iterator[tuple[int, MetricPoints]]:
     """
-    (rows, {(key, step): (value, ts)}) from NDJSON rows `{"step", "ts", "values"}`; within a
-    batch the last row of a (key, step) wins, as across batches. A row with `"step": null` is
-    keyed by its time (its `ts` is then required): its points go to the result's `by_time`
-    {(key, ts): value}. 400 names the bad line.
+    (rows, points) of NDJSON rows `{"step", "ts", "values"}` (`body.stream_objects`), a chunk
+    at a time: each chunk's points {(key, step): (value, ts)}, and in its `by_time`
+    {(key, ts): value} those of rows with `"step": null` (keyed by their time: their `ts` is
+    required), reach `chunk_points` or just past it (a row is never split). Within a chunk the
+    last row of a (key, step) wins; written in order, later chunks win over earlier ones, so
+    an upload's last row of a (key, step) wins however it is cut, as across uploads. 400
+    names the bad line.
     """
-    # Exact type checks, not isinstance: this loop runs once per metric value. orjson never
-    # yields NaN or infinities, and its integers fit in 64 bits.
     points = MetricPoints()
-    by_time = points.by_time
     rows = 0
-    for lineno, _, _, row in iter_objects(data):
-        step = row.get("step")
-        if step is not None and (type(step) is not int or not 0 <= step <= MAX_STEP):
-            raise _bad_row(
-                lineno, f"step must be an integer from 0 to {MAX_STEP} or null, got {step!r}"
-            )
-        ts = row.get("ts")
-        if ts is not None:
-            if type(ts) is int:
-                ts = float(ts)
-            elif type(ts) is not float:
-                raise _bad_row(lineno, f"ts must be a number (epoch seconds), got {ts!r}")
-        elif step is None:
-            raise _bad_row(lineno, "a row without a step is keyed by its time: ts is required")
-        values = row.get("values")
-        if type(values) is not dict:
-            raise _bad_row(lineno, "values must be an object of metric name to number")
-        for name, value in values.items():
-            kind = type(value)
-            if kind is not float:
-                if kind is not int and kind is not bool:
-                    raise _bad_row(lineno, f"values[{name!r}] must be a number, got {value!r}")
-                value = float(value)
-            if not name or len(name) > MAX_KEY_CHARS:
-                raise _bad_row(lineno, f"metric names must have 1 to {MAX_KEY_CHARS} characters")
-            if step is not None:
-                points[(name, step)] = (value, ts)
-            elif ts is not None:  # always, when step is None (required above)
-                by_time[(name, ts)] = value
+    for lineno, row in objects:
+        _parse_row(lineno, row, points)
         rows += 1
-    return rows, points
+        if len(points) + len(points.by_time) >= max(1, chunk_points):
+            yield rows, points
+            points = MetricPoints()
+            rows = 0
+    if rows:
+        yield rows, points
+
+
+def _parse_row(lineno: int, row: dict[str, Any], points: MetricPoints) -> None:
+    # Exact type checks, not isinstance: this runs once per metric value. orjson never
+    # yields NaN or infinities, and its integers fit in 64 bits.
+    step = row.get("step")
+    if step is not None and (type(step) is not int or not 0 <= step <= MAX_STEP):
+        raise _bad_row(
+            lineno, f"step must be an integer from 0 to {MAX_STEP} or null, got {step!r}"
+        )
+    ts = row.get("ts")
+    if ts is not None:
+        if type(ts) is int:
+            ts = float(ts)
+        elif type(ts) is not float:
+            raise _bad_row(lineno, f"ts must be a number (epoch seconds), got {ts!r}")
+    elif step is None:
+        raise _bad_row(lineno, "a row without a step is keyed by its time: ts is required")
+    values = row.get("values")
+    if type(values) is not dict:
+        raise _bad_row(lineno, "values must be an object of metric name to number")
+    by_time = points.by_time
+    for name, value in values.items():
+        kind = type(value)
+        if kind is not float:
+            if kind is not int and kind is not bool:
+                raise _bad_row(lineno, f"values[{name!r}] must be a number, got {value!r}")
+            value = float(value)
+        if not name or len(name) > MAX_KEY_CHARS:
+            raise _bad_row(lineno, f"metric names must have 1 to {MAX_KEY_CHARS} characters")
+        if step is not None:
+            points[(name, step)] = (value, ts)
+        elif ts is not None:  # always, when step is None (required above)
+            by_time[(name, ts)] = value
 
 
 def _bad_row(lineno: int, message: str) -> Exception:

@@ -24,6 +24,7 @@ __all__ = [
     "LogsPage",
     "LogsReceipt",
     "MetricKey",
+    "MetricKeyPage",
     "MetricSeries",
     "MetricsReceipt",
     "RunCreate",
@@ -262,6 +263,14 @@ class MetricKey(BaseModel):
     step_metric: str | None = Field(
         None, description="the metric this one is drawn against by default (define_metric)"
     )
+
+
+class MetricKeyPage(BaseModel):
+    items: list[MetricKey] = Field(
+        description="the entries of up to `limit` keys (a key logged both ways: two entries)"
+    )
+    next_cursor: str | None = Field(description="pass back as `cursor` for the next page")
+    total: int = Field(description="how many keys of the run match `q` / `prefix`")
 
 
 class Series(BaseModel):

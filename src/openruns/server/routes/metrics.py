@@ -7,15 +7,27 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, Query, Request
 
 from ...batches import BATCH_CONTENT_TYPE
+from ..errors import bad_request
 from ..handlers import JSON
-from ..ingest import upload_metrics
-from ..models import MetricKey, MetricSeries, MetricsReceipt
+from ..ingest import MAX_KEY_CHARS, upload_metrics
+from ..models import MetricKey, MetricKeyPage, MetricSeries, MetricsReceipt
+from ..store import key_pages
+from ..store.key_pages import KeyOrder
 from ..store.metrics import MAX_STEP, is_kind
-from .deps import Caller, State, readable_run, writable_run
+from .deps import Caller, State, decode_cursor, encode_cursor, readable_run, writable_run
 
 __all__ = ["NDJSON_BODY", "UploadKey", "router"]
 
 router = APIRouter(tags=["metrics"])
+
+DEFAULT_KEYS_PAGE = 500
+MAX_KEYS_PAGE = 5000
+MAX_SERIES_KEYS = 500  # series of one read (each is up to max_points points, 4 numbers each)
+MAX_KEYS_UNPAGED = 10_000  # the one-list answer of 10,000 keys is about 1 MB
+_KEY_CURSORS: dict[str, tuple[tuple[type, ...], ...]] = {
+    "name": ((str,),),
+    "recent": ((int,), (str,)),
+}
 
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
 # NDJSON from any client; the SDK sends a batch (a zstd stream whose first frame, skipped by
@@ -58,10 +70,49 @@ async def post_metrics(
     return JSON(await upload_metrics(state, request, run, idempotency_key))
 
 
-@router.get("/runs/{run_id}/metrics/keys", response_model=list[MetricKey])
-async def metric_keys(run_id: str, state: State, caller: Caller) -> JSON:
+@router.get("/runs/{run_id}/metrics/keys", response_model=MetricKeyPage | list[MetricKey])
+async def metric_keys(
+    run_id: str,
+    state: State,
+    caller: Caller,
+    limit: Annotated[
+        int | None, Query(ge=1, le=MAX_KEYS_PAGE, description="keys per page (default 500)")
+    ] = None,
+    cursor: Annotated[str | None, Query(max_length=2048)] = None,
+    q: Annotated[
+        str | None, Query(max_length=MAX_KEY_CHARS, description="keys containing this, any case")
+    ] = None,
+    prefix: Annotated[
+        str | None, Query(max_length=MAX_KEY_CHARS, description="keys starting with this")
+    ] = None,
+    order: Annotated[
+        KeyOrder | None,
+        Query(description="name (default), or recent: the keys logged at the latest step first"),
+    ] = None,
+) -> JSON:
+    """
+    A run's metric keys, one entry per key and axis (see MetricKey). With any of `limit`,
+    `cursor`, `q`, `prefix` or `order`: one page `{items, next_cursor, total}` (pass
+    `next_cursor` back as `cursor`, with the same filter and order). Without them: every entry
+    in one list, as before paging, for a run of at most 10,000 keys (400 past that: page).
+    """
     run = await readable_run(state, caller, run_id)
-    return JSON(await state.store.metric_keys(run["seq"]))
+    if limit is None and cursor is None and q is None and prefix is None and order is None:
+        keys = await state.store.read(key_pages.count_keys, run["seq"])
+        if keys > MAX_KEYS_UNPAGED:
+            raise bad_request(
+                "too_many_keys",
+                f"this run has {keys} metric keys, more than {MAX_KEYS_UNPAGED} in one answer: "
+                "read them in pages (limit=, cursor=; q= or prefix= to search)",
+            )
+        return JSON(await state.store.metric_keys(run["seq"]))
+    order = order or "name"
+    after = decode_cursor(cursor, _KEY_CURSORS[order])
+    page = await state.store.read(
+        key_pages.key_page, run["seq"], limit or DEFAULT_KEYS_PAGE, after, q, prefix, order
+    )
+    next_cursor = encode_cursor(page.after) if page.after is not None else None
+    return JSON({"items": page.items, "next_cursor": next_cursor, "total": page.total})
 
 
 @router.get("/runs/{run_id}/metrics", response_model=MetricSeries)
@@ -82,16 +133,23 @@ async def metric_series(
 ) -> JSON:
     """
     Series by key: `series` by step, and `time` for the rows logged without a step (by
-    timestamp). With more points in range than `max_points`, a series is bucketed into at most
-    `max_points` buckets (of steps, or of time), each giving its last point and the min and max
-    of all its points, so spikes are never sampled away.
+    timestamp), of at most 500 keys a request (400 past that: name them with `keys`, listed
+    by `/metrics/keys`). With more points in range than `max_points`, a series is bucketed
+    into at most `max_points` buckets (of steps, or of time), each giving its last point and
+    the min and max of all its points, so spikes are never sampled away.
     """
     run = await readable_run(state, caller, run_id)
-    names = [k for k in keys.split(",") if k] if keys is not None else None
+    names = list(dict.fromkeys(k for k in keys.split(",") if k)) if keys is not None else None
+    if names is None and kind is None:
+        count = await state.store.read(key_pages.count_keys, run["seq"])
+        if count > MAX_SERIES_KEYS:
+            raise _too_many_series(f"this run has {count} metric keys")
     if kind is not None:
         if names is None:
             names = [name for name, _ in await state.store.metric_key_ids(run["seq"])]
         names = [n for n in names if is_kind(n, kind)]
+    if names is not None and len(names) > MAX_SERIES_KEYS:
+        raise _too_many_series(f"{len(names)} keys were asked for")
     series, downsampled = await state.store.metric_series(
         run["seq"], names, step_min, step_max, max_points
     )
@@ -99,3 +157,11 @@ async def metric_series(
         run["seq"], names, ts_min, ts_max, max_points
     )
     return JSON({"series": series, "downsampled": downsampled or timed_downsampled, "time": timed})
+
+
+def _too_many_series(what: str) -> Exception:
+    return bad_request(
+        "too_many_keys",
+        f"{what}; one read gives the series of at most {MAX_SERIES_KEYS}: name them with "
+        "keys= (a run's keys are listed, in pages, by /metrics/keys)",
+    )

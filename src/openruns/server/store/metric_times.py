@@ -18,11 +18,13 @@ from .schema import metric_keys, metric_time_points
 __all__ = ["key_stats", "time_points_page", "time_series"]
 
 
-def key_stats(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
+def key_stats(conn: Connection, run_seq: int, ids: list[int] | None = None) -> list[dict[str, Any]]:
+    """The time-keyed entries of the run's keys (of those with ids `ids` when given)."""
     k, t = metric_keys, metric_time_points
+    of_run = select(k.c.id).where(k.c.run_seq == run_seq)
     agg = (
         select(t.c.key_id, func.count().label("count"), func.max(t.c.ts).label("last_ts"))
-        .where(t.c.key_id.in_(select(k.c.id).where(k.c.run_seq == run_seq)))
+        .where(t.c.key_id.in_(of_run if ids is None else ids))
         .group_by(t.c.key_id)
         .subquery()
     )

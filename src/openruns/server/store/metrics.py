@@ -34,14 +34,17 @@ from .sql import executemany, upsert
 __all__ = [
     "EVAL_PREFIX",
     "MAX_STEP",
+    "TIME_KEYED_MARK",
     "MetricPoints",
     "is_kind",
     "key_ids",
     "key_stats",
     "points_page",
+    "rebuild_blocks",
     "run_keys",
     "series",
     "set_step_metrics",
+    "step_key_stats",
     "write_points",
 ]
 
@@ -71,10 +74,15 @@ Summary = tuple[int, float, float, int, float]
 
 
 def write_points(
-    conn: Connection, run_seq: int, points: dict[tuple[str, int], tuple[float, float | None]]
+    conn: Connection,
+    run_seq: int,
+    points: dict[tuple[str, int], tuple[float, float | None]],
+    touched: dict[int, set[int]] | None = None,
 ) -> int:
     """Upsert {(key, step): (value, ts)} and rebuild the touched block summaries; upsert the
-    time-keyed points of a MetricPoints per (key, ts)."""
+    time-keyed points of a MetricPoints per (key, ts). With `touched`, the summaries are not
+    rebuilt: the level-1 blocks written are added to it ({key id: blocks}) for one
+    `rebuild_blocks` after several calls."""
     by_time: dict[tuple[str, float], float] = getattr(points, "by_time", {})
     if not points and not by_time:
         return 0
@@ -93,11 +101,23 @@ def write_points(
     rows = [(ids[name], step, value, ts) for (name, step), (value, ts) in points.items()]
     stmt = upsert(conn, metric_points, ("key_id", "step"), ("value", "ts"))
     executemany(conn, stmt, ("key_id", "step", "value", "ts"), rows)
-    touched: dict[int, set[int]] = {}
+    blocks: dict[int, set[int]] = {} if touched is None else touched
     for name, step in points:
-        touched.setdefault(ids[name], set()).add(step // BLOCK_SIZES[0])
-    _rebuild_blocks(conn, touched)
+        blocks.setdefault(ids[name], set()).add(step // BLOCK_SIZES[0])
+    _raise_last_steps(conn, sorted({ids[name] for name, _ in points}))
+    if touched is None:
+        rebuild_blocks(conn, blocks)
     return len(rows) + len(by_time)
+
+
+def _raise_last_steps(conn: Connection, key_ids: list[int]) -> None:
+    """metric_keys.last_step of these keys set to the highest step of their points (one index
+    lookup each: points are clustered by (key, step))."""
+    p, k = metric_points, metric_keys
+    highest = select(func.max(p.c.step)).where(p.c.key_id == k.c.id).scalar_subquery()
+    for i in range(0, len(key_ids), _IN_CHUNK):
+        chunk = key_ids[i : i + _IN_CHUNK]
+        conn.execute(update(k).where(k.c.id.in_(chunk)).values(last_step=highest))
 
 
 def key_ids(conn: Connection, run_seq: int, names: Iterable[str], create: bool) -> dict[str, int]:
@@ -130,8 +150,9 @@ def set_step_metrics(conn: Connection, run_seq: int, axes: dict[str, str | None]
 _BLOCK_COLUMNS = ("key_id", "level", "block", "count", "min", "max", "last_step", "last_value")
 
 
-def _rebuild_blocks(conn: Connection, touched: dict[int, set[int]]) -> None:
-    """Recompute the summaries of the touched level-1 blocks and of their parents."""
+def rebuild_blocks(conn: Connection, touched: dict[int, set[int]]) -> None:
+    """Recompute the summaries of the touched level-1 blocks ({key id: blocks}) and of their
+    parents."""
     stmt = upsert(conn, metric_blocks, _BLOCK_COLUMNS[:3], _BLOCK_COLUMNS[3:])
     for level in range(1, len(BLOCK_SIZES) + 1):
         # Keys of one upload usually share their steps: one query per distinct block range.
@@ -218,7 +239,7 @@ def key_stats(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
     `label`: the key, and "<key> (by time)" for the time-keyed entry of such a key (issue 24:
     two entries named alike).
     """
-    stepped = [{**row, "axis": "step", "last_ts": None} for row in _step_key_stats(conn, run_seq)]
+    stepped = [{**row, "axis": "step", "last_ts": None} for row in step_key_stats(conn, run_seq)]
     timed = metric_times.key_stats(conn, run_seq)
     both = {row["key"] for row in stepped}
     for row in stepped:
@@ -228,16 +249,21 @@ def key_stats(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
     return sorted(stepped + timed, key=lambda r: (r["key"], r["axis"]))
 
 
-def _step_key_stats(conn: Connection, run_seq: int) -> list[dict[str, Any]]:
+def step_key_stats(
+    conn: Connection, run_seq: int, ids: list[int] | None = None
+) -> list[dict[str, Any]]:
+    """{key, last_step, last_value, count, step_metric} of the run's keys with step-keyed
+    points (of those with ids `ids` when given), by name."""
     top = len(BLOCK_SIZES)
     k, b, p = metric_keys, metric_blocks, metric_points
+    of_run = select(k.c.id).where(k.c.run_seq == run_seq)
     agg = (
         select(
             b.c.key_id,
             func.sum(b.c.count).label("count"),
             func.max(b.c.last_step).label("last_step"),
         )
-        .where(b.c.level == top, b.c.key_id.in_(select(k.c.id).where(k.c.run_seq == run_seq)))
+        .where(b.c.level == top, b.c.key_id.in_(of_run if ids is None else ids))
         .group_by(b.c.key_id)
         .subquery()
     )

@@ -7,6 +7,8 @@ create it; a change here needs a new numbered migration.
   columns hold text written with orjson.
 - metric_points: one row per (metric key, step), clustered on that key (WITHOUT ROWID on
   SQLite), so a series is one contiguous range scan.
+- metric_keys: a run's metric names, each with its step metric and the highest step of its
+  points (migration 0015), so a run's keys sort by what was logged last without an aggregate.
 - metric_blocks: per key, the count/min/max/last of every aligned block of BLOCK_SIZES[level]
   steps, rebuilt for the blocks each upload touches; a downsampled read of a long series reads
   these instead of every point.
@@ -59,6 +61,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 __all__ = [
@@ -199,7 +202,16 @@ metric_keys = Table(
     Column("name", Text, nullable=False),
     # The metric this one is drawn against by default (define_metric; migration 0010).
     Column("step_metric", Text),
+    # The highest step of its points, -1 while it has none; kept by metrics.write_points, so
+    # a run's keys logged at the latest steps are an index walk (migration 0015).
+    Column("last_step", BigInteger, nullable=False, server_default=text("-1")),
     UniqueConstraint("run_seq", "name", name="uq_metric_keys_run_name"),
+)
+Index(
+    "ix_metric_keys_recent",
+    metric_keys.c.run_seq,
+    metric_keys.c.last_step.desc(),
+    metric_keys.c.name,
 )
 
 metric_points = Table(

@@ -3,7 +3,7 @@ Store: every metadata read and write the server makes, as awaitable methods.
 
     store = Store.open(settings.sqlalchemy_url(), heartbeat_timeout=300)
     run, created = await store.create_run("team", {"id": ..., "kind": "eval"}, None)
-    await store.ingest_metrics(run["seq"], key, points, rows=10)
+    await store.ingest_metrics(run["seq"], key, [(rows, points)])
     store.close()
 
 Each method is one transaction (db.py). The SQL lives in the modules next to this one, one
@@ -20,7 +20,7 @@ whole upload back). Either way nothing is stored twice.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Connection
@@ -205,18 +205,27 @@ class Store:
         self,
         run_seq: int,
         key: str,
-        points: dict[tuple[str, int], tuple[float, float | None]],
-        rows: int,
+        chunks: Iterable[tuple[int, metrics.MetricPoints]],
         digest: str | None = None,
     ) -> dict[str, Any]:
-        """Merge the points and store the receipt, unless `key` was stored already."""
+        """
+        Merge the points of every (rows, points) chunk, in order, and store the receipt, all
+        in one transaction, unless `key` was stored already: then nothing of `chunks` is read.
+        The chunks are read inside the transaction (they may parse the upload as they go: an
+        error there rolls everything back); block summaries are rebuilt once, at the end.
+        """
 
         def write(conn: Connection) -> dict[str, Any]:
             lock_run(conn, run_seq)
             prior = get_receipt(conn, run_seq, "metrics", key, digest)
             if prior is not None:
                 return prior
-            metrics.write_points(conn, run_seq, points)
+            rows = 0
+            touched: dict[int, set[int]] = {}
+            for count, points in chunks:
+                rows += count
+                metrics.write_points(conn, run_seq, points, touched)
+            metrics.rebuild_blocks(conn, touched)
             receipt = {"status": "committed", "rows": rows, "receipt": key}
             put_receipt(conn, run_seq, "metrics", key, receipt, time.time(), digest)
             return receipt

@@ -1,13 +1,15 @@
 // The compare page: pick runs (search by name), and every metric key any of them logged is
 // charted once, with one line (and min/max band) per run in that run's colour (the same on
 // every chart; legends say name and short id), and the reward bands of their episodes. The
-// choice lives in the URL (?runs=a,b), so a comparison can be shared. Live like the run page:
+// choice lives in the URL (?runs=a,b), so a comparison can be shared. Of a run with more than
+// 500 keys, its 40 most recently logged are charted (keys.js). Live like the run page:
 // the points past the last step drawn, per running run, every POLL_MS.
 
 import {
   api, h, poll, runLabel, runTitle, showError, statusBadge, timeCell, View,
 } from "./common.js";
 import { COLORS, ChartGrid, runColors, settingsBar } from "./charts.js";
+import { CHARTED, firstKeys, recentKeys } from "./keys.js";
 
 const POLL_MS = 3000;
 const AFTER_FINISH_S = 90;
@@ -65,7 +67,11 @@ async function rebuild() {
 async function refresh() {
   const { grid, runs } = state;
   if (!grid) return;
-  const perRun = await Promise.all(runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/metrics/keys`)));
+  // A run of more keys than one read gives (issue 21): its CHARTED most recent keys.
+  const perRun = await Promise.all(runs.map(async (run) => {
+    const page = await recentKeys(run.id);
+    return page.next_cursor ? firstKeys(page.items, CHARTED) : page.items;
+  }));
   if (grid !== state.grid) return; // rebuilt meanwhile, for other runs
   runs.forEach((run, i) => grid.setKeys(perRun[i], run.id));
   await Promise.all(runs.map(async (run, i) => {

@@ -6,6 +6,9 @@
 // reads a step as dispatched at or trained at, per kind, with its off-policy count. Logs: the
 // console output of the run's processes (logs.js), a failed run's traceback first.
 //
+// A run of more than 500 metric keys (issue 21) charts the 40 logged at the latest steps, and
+// offers the others through a search box and a "more" button (keys.js).
+//
 // Live while the run is running (and for a while after it finishes, while late uploads are
 // still accepted): every POLL_MS it re-reads the run, the metric keys (one small row per key)
 // and only the points past the last step each chart has drawn (step_min), and the steps table
@@ -16,6 +19,7 @@ import {
   isInternalKey, pathParts, poll, rewardMeans, runDuration, runLabel, runTitle, showError, showMissing, statusBadge, timeCell, envName, View,
 } from "./common.js";
 import { ChartGrid, chartId, runColors, settingsBar } from "./charts.js";
+import { ChartedKeys, recentKeys } from "./keys.js";
 import { LogsView } from "./logs.js";
 import { MediaSection } from "./media.js";
 
@@ -45,6 +49,10 @@ const grid = new ChartGrid(
   { onStep: (step) => selectStep(step) },
 );
 document.getElementById("chart-settings").append(settingsBar());
+// A run of more keys than one read gives charts some of them (keys.js).
+const charted = new ChartedKeys(document.getElementById("key-tools"), runId, () => {
+  grid.setKeys([...charted.rows.values()]);
+});
 const logs = new LogsView(base);
 const media = new MediaSection(document.getElementById("media"), runId);
 let mediaAt = null; // when the media were last listed; null: never, false: no media route
@@ -227,7 +235,9 @@ const stepInfoView = new View();
 async function describeStep(step) {
   const info = document.getElementById("step-info");
   const episodes = state.steps.get(step);
-  const values = await api(`${base}/metrics`, { step_min: step, step_max: step, max_points: 0 }, { read: stepInfoView.begin() });
+  // A run of many keys: the values of the charted ones (a read names at most 500 keys).
+  const keys = charted.on ? [...charted.keys].slice(0, 500).join(",") : undefined;
+  const values = await api(`${base}/metrics`, { keys, step_min: step, step_max: step, max_points: 0 }, { read: stepInfoView.begin() });
   const shown = Object.entries(values.series)
     .filter(([, s]) => s.step.length)
     .map(([key, s]) => h("span", { class: "value" }, h("span", { class: "muted" }, key), " ", formatNumber(s.value[0])));
@@ -292,7 +302,8 @@ function setUpTabs() {
 // New points of every charted key, one request per axis: step series from the smallest step
 // not yet drawn, rows logged without a step from the earliest last time drawn.
 async function pollMetrics() {
-  const keys = await api(`${base}/metrics/keys`);
+  const page = await recentKeys(runId);
+  const keys = charted.update(page) ? [...charted.rows.values()] : page.items;
   const fresh = [];
   const freshTimed = [];
   for (const row of keys) {

@@ -1,7 +1,9 @@
 // The runs page: a table of runs newest first, filtered and paged by the server (GET /runs
 // with a cursor, PAGE at a time, so 10,000 runs cost what 50 do). Metric columns show the latest
-// value of a key: each visible run's /metrics/keys (one row per key), plus its numeric summary.
-// The columns are the reader's choice, kept in this browser; until one is made, the keys most
+// value of a key: each visible run's 200 most recently logged keys (/metrics/keys, one row per
+// key; a run may have 100,000), and its chosen columns beyond them, plus its numeric summary.
+// The columns are the reader's choice (the chooser lists 60 keys at most: a search box narrows
+// them, Enter adds the key typed), kept in this browser; until one is made, the keys most
 // visible runs share, rewards first, then losses, then accuracy-like scores. Rows can be grouped
 // (by the runs' project, group, kind, model or status). Live: the page is re-read every POLL_MS, and the
 // metrics of runs that are still running every METRICS_MS.
@@ -16,6 +18,8 @@ const POLL_MS = 5000;
 const METRICS_MS = 10000;
 const METRIC_COLUMNS = 3;
 const FETCH_CONCURRENCY = 4;
+const KEYS_READ = 200; // keys read of each visible run, the most recently logged
+const CHOOSER_SHOWN = 60; // metric keys offered at once in the column chooser
 
 const el = (id) => document.getElementById(id);
 const tbody = document.querySelector("#runs tbody");
@@ -181,13 +185,32 @@ function renderChooser() {
     const chosen = Object.keys(FIXED).filter((n) => (n === name ? e.target.checked : fixed.includes(n)));
     saveColumns({ fixed: chosen });
   })));
-  const keys = [...new Set([...columns, ...[...keysSeen().keys()].sort()])];
+  // The chosen columns, then the keys matching the search box: CHOOSER_SHOWN at most.
+  const text = el("columns-q").value.trim().toLowerCase();
+  const matching = [...keysSeen().keys()].filter((key) => !columns.includes(key) && key.toLowerCase().includes(text)).sort();
+  const shown = matching.slice(0, Math.max(0, CHOOSER_SHOWN - columns.length));
   el("columns-metrics").replaceChildren(h("legend", {}, "Metrics and summary (latest value)"),
-    ...keys.map((key) => box(key, columns.includes(key), (e) => {
+    ...[...columns, ...shown].map((key) => box(key, columns.includes(key), (e) => {
       const chosen = e.target.checked ? [...columns, key] : columns.filter((k) => k !== key);
       saveColumns({ metrics: chosen });
-    })));
+    })),
+    matching.length > shown.length
+      ? h("p", { class: "muted" }, `${formatNumber(matching.length - shown.length)} more: type part of a name above`)
+      : null);
   el("columns-auto").disabled = !state.columns.metrics;
+}
+
+// Enter in the chooser's search box adds the key typed as a column, seen or not.
+function addTypedColumn(event) {
+  if (event.key !== "Enter") return;
+  event.preventDefault();
+  const key = event.target.value.trim();
+  const columns = metricColumns();
+  if (!key || columns.includes(key)) return;
+  event.target.value = "";
+  state.latest.clear(); // read again, with the new column's values
+  saveColumns({ metrics: [...columns, key] });
+  loadMetrics().catch(showError);
 }
 
 function saveColumns(changes) {
@@ -223,14 +246,29 @@ async function loadMetrics() {
   const work = async () => {
     while (due.length) {
       const run = due.shift();
-      const keys = await api(`/runs/${encodeURIComponent(run.id)}/metrics/keys`);
-      const values = Object.fromEntries(keys.map((k) => [k.key, k.last_value]));
+      const values = await latestValues(run);
       state.latest.set(run.id, { values, at: Date.now(), updated: run.updated_at });
       changed = true;
     }
   };
   await Promise.all(Array.from({ length: FETCH_CONCURRENCY }, work));
   if (changed) render();
+}
+
+// A run's latest values: of its KEYS_READ most recently logged keys (its first page of keys,
+// issue 21: a run may have 100,000), and of the chosen columns it has beyond them.
+async function latestValues(run) {
+  const path = `/runs/${encodeURIComponent(run.id)}`;
+  const page = await api(`${path}/metrics/keys`, { order: "recent", limit: KEYS_READ });
+  const values = Object.fromEntries(page.items.map((k) => [k.key, k.last_value]));
+  const missing = (state.columns.metrics || []).filter((key) => !(key in values)).slice(0, 500);
+  if (page.next_cursor && missing.length) {
+    const body = await api(`${path}/metrics`, { keys: missing.join(","), max_points: 1 });
+    for (const series of [body.series, body.time || {}]) {
+      for (const [key, s] of Object.entries(series)) if (s.value.length) values[key] = s.value.at(-1);
+    }
+  }
+  return values;
 }
 
 let filterTimer = null;
@@ -255,6 +293,8 @@ function setUp() {
     render();
   });
   el("columns-auto").addEventListener("click", () => saveColumns({ metrics: null }));
+  el("columns-q").addEventListener("input", renderChooser);
+  el("columns-q").addEventListener("keydown", addTypedColumn);
   el("page-older").addEventListener("click", () => {
     state.cursors.push(state.next);
     loadPage().catch(showError);
