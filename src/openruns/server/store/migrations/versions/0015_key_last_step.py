@@ -1,7 +1,7 @@
 """The last step of each metric key, kept at write time (issue 21: a run of 100,000 keys).
 
 Revision ID: 0015
-Revises: 0011
+Revises: 0014
 
 - metric_keys.last_step: the highest step of the key's step-keyed points, -1 while it has none
   (a key with only time-keyed rows, or named by define_metric only). Points are upserted,
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0015"
-down_revision = "0011"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
