@@ -23,8 +23,8 @@ import orjson
 import zstandard
 from starlette.requests import Request
 
+from .admission import Ticket
 from .errors import ApiError, bad_request, too_large
-from .limits import Ticket
 
 __all__ = [
     "ENCODINGS",
