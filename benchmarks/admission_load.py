@@ -15,7 +15,8 @@ metrics or episodes request, whatever its answer). Then every run is read back: 
 episodes lost or duplicated, and its final status.
 
 The report: finish() p50/p99/max, upload latency p50/p99, 429s and 503s as a share of all
-requests, lost and duplicated, the load average before and after.
+requests, the server's CPU per request it stored, lost and duplicated, the load average before
+and after.
 """
 
 from __future__ import annotations
@@ -146,6 +147,12 @@ def read_back(url: str, run_id: str) -> tuple[int, int, int, str]:
     return points, len(ids), len(set(ids)), status
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--processes", type=int, default=10)
@@ -185,6 +192,7 @@ def main() -> None:
             assert child.stdout is not None
             assert child.stdout.readline().strip() == "ready", "a producer did not start"
         load_before = os.getloadavg()
+        server_cpu = cpu_seconds(proc.pid)
         start = time.perf_counter()
         for child in producers:
             assert child.stdin is not None
@@ -195,6 +203,7 @@ def main() -> None:
             out, _ = child.communicate()
             results.append(json.loads(out.strip().splitlines()[-1]))
         elapsed = time.perf_counter() - start
+        server_cpu = cpu_seconds(proc.pid) - server_cpu
         load_after = os.getloadavg()
         runs = [run for result in results for run in result["runs"]]
         requests = [tuple(r) for result in results for r in result["requests"]]
@@ -229,6 +238,12 @@ def main() -> None:
         f"requests {total}: 429 {statuses.get(429, 0)} ({100 * statuses.get(429, 0) / total:.1f} %)"
         f"  503 {statuses.get(503, 0)} ({100 * statuses.get(503, 0) / total:.1f} %)  "
         f"statuses {dict(sorted(statuses.items()))}"
+    )
+    stored = sum(count for status, count in statuses.items() if 200 <= status < 300)
+    print(
+        f"server CPU {server_cpu:.1f} s ({1000 * server_cpu / max(1, stored):.1f} ms per request "
+        f"answered 2xx, {server_cpu / elapsed:.2f} cores on average); answered 2xx "
+        f"{stored / elapsed:.1f}/s"
     )
     print(
         f"lost {lost}  duplicated {duplicated}  not finished {not_finished}  "

@@ -8,10 +8,12 @@ while one client trickling uploads into one run still takes at most `per_owner` 
 
 - An owner over its share (`per_owner` uploads in flight or waiting) gets 429 at once.
 - When every slot is taken, an upload waits in the gate's queue, up to `queue_wait` seconds
-  and at most `max_waiting` of them. A freed slot goes to the waiting upload whose owner has the
-  fewest uploads in flight, among those the one whose owner was admitted longest ago (then the
-  earliest come): owners take turns, so no run is starved by another's bulk, and a run's last
-  upload (what its finish() waits for) goes before a busy run's next.
+  and at most `max_waiting` of them (its body deadlines start when it is admitted:
+  limits.BodyLimit, so a wait never makes a body "slow"). A freed slot goes to the waiting
+  upload whose owner has the fewest uploads in flight, among those the one whose owner was
+  admitted longest ago (then the earliest come): owners take turns, so no run is starved by
+  another's bulk, and a run's last upload (what its finish() waits for) goes before a busy
+  run's next.
 - An upload that cannot wait (the queue is full, or its wait ran out) gets 503 with a
   Retry-After from the queue as it is: the uploads ahead of it times the time an upload
   holds its slot of late, over the slots.
@@ -37,12 +39,14 @@ from .errors import ApiError, overloaded
 
 __all__ = ["QUEUE_WAIT", "IngestGate", "Ticket", "ingest_owner"]
 
-# How long an upload waits for a slot before it is told to come back (--ingest-queue-wait):
-# well under the SDK's 60 s request timeout. The body-read deadlines start when the upload is
-# admitted (limits.BodyLimit), so a wait never makes a body "slow".
-QUEUE_WAIT = 10.0
-# The most a Retry-After asks a client to wait: the queue moves in seconds, not minutes.
-MAX_RETRY_AFTER = 30
+# How long an upload waits for a slot before it is told to come back (--ingest-queue-wait),
+# and the most a Retry-After asks a client to wait. Both stay well under 10 s: the SDK closing
+# a run gives up on a server it has not heard from for its connect timeout (10 s) and spools
+# what is left for `openruns sync`, and a probe waiting in the queue is not heard from.
+# Measured (benchmarks/admission_load.py): with a 20 s wait, or a 30 s Retry-After, most runs'
+# finish() returned with records left in the spool. A longer queue is met in several steps.
+QUEUE_WAIT = 5.0
+MAX_RETRY_AFTER = 3
 # Path parameters that name what an upload writes to (a run, a Prime evaluation).
 _RUN_PARAMS = ("run_id", "evaluation_id")
 

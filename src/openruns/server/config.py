@@ -194,10 +194,11 @@ class ServerSettings:
         "--ingest-queue-wait, then get 503 + Retry-After",
     )
     ingest_queue_wait: float = setting(
-        10.0,
+        5.0,
         metavar="S",
         unit_name="s",
-        help="how long an upload waits for a slot when every one is taken; 0: no wait",
+        help="how long an upload waits for a slot when every one is taken (keep it under the "
+        "SDK's 10 s connect timeout: server.md, Admission); 0: no wait",
     )
     max_ingest_bytes: int = setting(
         1024 * MiB,
