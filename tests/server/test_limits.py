@@ -61,7 +61,7 @@ def test_uploads_after_the_grace_period_are_409(make_server):
 
 
 def test_overload_answers_503_with_retry_after(make_server):
-    server = make_server(max_ingest_requests=1)
+    server = make_server(max_ingest_requests=1, ingest_queue_wait=0.5)
     release = threading.Event()
     with api(server.url) as http:
         rid = create_run(http)["id"]
@@ -92,7 +92,7 @@ def test_overload_answers_503_with_retry_after(make_server):
                     break
                 time.sleep(0.05)
             assert error_of(response)[:2] == (503, "overloaded")
-            assert response.headers["Retry-After"] == "1"
+            assert int(response.headers["Retry-After"]) >= 1
         finally:
             release.set()
             holder.join(10)

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
+from openruns.server.admission import IngestGate
 from openruns.server.config import ServerSettings
-from openruns.server.limits import IngestGate, RateLimiter
+from openruns.server.limits import RateLimiter
 from openruns.server.rollouts import Query
 from openruns.server.search_indexer import index_round
 from openruns.server.segments import build_segment

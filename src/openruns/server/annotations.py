@@ -29,10 +29,10 @@ import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from .admission import ingest_owner
 from .body import iter_objects
 from .errors import ApiError, bad_request
 from .ingest import receive  # the shared receive step: body, receipt, decompression
-from .limits import ingest_caller
 from .segments import is_step
 from .state import ServerState
 from .store.metrics import MAX_STEP
@@ -49,7 +49,7 @@ async def upload_annotations(
     state: ServerState, request: Request, run: dict[str, Any], key: str | None
 ) -> dict[str, Any]:
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
-    with state.gate.admit(ingest_caller(request)) as ticket:
+    async with state.gate.admit(ingest_owner(request)) as ticket:
         upload = await receive(state, request, run, "annotations", key, ticket)
         if upload.prior is not None:
             return upload.prior

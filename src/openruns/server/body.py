@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
+from .admission import Ticket
 from .errors import ApiError, bad_request, too_large
-from .limits import Ticket
 
 if sys.version_info >= (3, 14):
     from compression import zstd

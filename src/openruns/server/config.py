@@ -204,7 +204,17 @@ class ServerSettings:
         help="largest upload body once decompressed",
     )
     max_ingest_requests: int = setting(
-        32, metavar="N", help="uploads processed at once; more get 503 + Retry-After"
+        32,
+        metavar="N",
+        help="uploads processed at once; more wait for a slot (by run, in turns) up to "
+        "--ingest-queue-wait, then get 503 + Retry-After",
+    )
+    ingest_queue_wait: float = setting(
+        5.0,
+        metavar="S",
+        unit_name="s",
+        help="how long an upload waits for a slot when every one is taken (keep it under the "
+        "SDK's 10 s connect timeout: server.md, Admission); 0: no wait",
     )
     max_ingest_bytes: int = setting(
         1024 * MiB,
@@ -217,8 +227,9 @@ class ServerSettings:
     max_ingest_per_caller: int = setting(
         8,
         metavar="N",
-        help="uploads of one caller (API key, run token, or client address with auth off) at "
-        "once; more get 429 + Retry-After, so one client cannot take every upload slot",
+        help="uploads of one caller (API key, run token, or client address with auth off) to "
+        "one run, in flight or waiting, at once; more get 429 + Retry-After, so one client "
+        "cannot take every upload slot",
     )
     max_upload_lines: int = setting(
         1_000_000,

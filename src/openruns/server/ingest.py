@@ -34,10 +34,17 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from ..batches import BATCH_CONTENT_TYPE
-from .body import DecodeLimits, decode, decoded_pieces, read_body, stream_objects, survey
+from .admission import Ticket, ingest_owner
+from .body import (
+    DecodeLimits,
+    decode,
+    decoded_pieces,
+    read_body,
+    stream_objects,
+    survey,
+)
 from .config import ServerSettings
 from .errors import bad_request
-from .limits import Ticket, ingest_caller
 from .segments import Segment, build_segment, check_batch
 from .state import ServerState
 from .store.metrics import MAX_STEP, MetricPoints
@@ -64,7 +71,7 @@ async def upload_metrics(
     `metric_chunk_points` points at a time, all in the one transaction that stores its
     receipt (store.ingest_metrics), so peak memory follows the chunk, not the upload."""
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
-    with state.gate.admit(ingest_caller(request)) as ticket:
+    async with state.gate.admit(ingest_owner(request)) as ticket:
         upload = await receive(state, request, run, "metrics", key, ticket, decoded=False)
         if upload.prior is not None:
             return upload.prior
@@ -81,7 +88,7 @@ async def upload_episodes(
     """An episodes or traces upload: the SDK's batch, or NDJSON (see the module docstring)."""
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    with state.gate.admit(ingest_caller(request)) as ticket:
+    async with state.gate.admit(ingest_owner(request)) as ticket:
         if content_type == BATCH_CONTENT_TYPE:
             return await _upload_batch(state, request, run, key, stream, ticket)
         upload = await receive(state, request, run, stream, key, ticket)

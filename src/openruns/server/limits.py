@@ -1,5 +1,6 @@
 """
-Request limits: per-caller rate limits (429), ingest admission (503), body size caps (413).
+Request limits: per-caller rate limits (429), body size caps (413) and body-read deadlines
+(408). Ingest admission (which uploads run at once) is admission.py's.
 
 The rate limiter and the ingest gate count in this process only: with several replicas each
 enforces its own share. They are protective limits, not quotas, so that is enough, and it keeps
@@ -12,23 +13,18 @@ import asyncio
 import math
 import re
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import ApiError, overloaded, too_large
+from .errors import ApiError, too_large
 from .handlers import error_response
 
 __all__ = [
     "SIGN_IN_BURST",
     "SIGN_IN_RATE",
     "BodyLimit",
-    "IngestGate",
     "RateLimiter",
-    "Ticket",
-    "ingest_caller",
     "note_caller",
 ]
 
@@ -91,141 +87,9 @@ class RateLimiter:
 
 
 def note_caller(request: Request, bucket: str | None) -> None:
-    """Remember who the request's caller is (its rate-limit bucket), for `ingest_caller`."""
+    """Remember who the request's caller is (its rate-limit bucket), for
+    `admission.ingest_owner`."""
     request.state.caller_bucket = bucket
-
-
-def ingest_caller(request: Request) -> str:
-    """Whose upload slots a request counts against: its API key or run token, else (auth off)
-    its client address."""
-    bucket = getattr(request.state, "caller_bucket", None)
-    if bucket:
-        return str(bucket)
-    return "address:" + (request.client.host if request.client else "unknown")
-
-
-class Ticket:
-    """
-    One admitted ingest request of `caller`; `add(n)` counts body bytes as they arrive.
-    `reading` until the body is in hand: an upload that sends nothing for the gate's
-    `idle_after` seconds while others wait may lose its slot (`evicted`), then answers 503.
-    """
-
-    def __init__(self, gate: IngestGate, caller: str):
-        self.gate = gate
-        self.caller = caller
-        self.bytes = 0
-        self.reading = True
-        self.evicted = False
-        self.last_byte_at = time.monotonic()
-
-    def add(self, n: int) -> None:
-        if self.evicted:
-            raise _evicted()
-        self.last_byte_at = time.monotonic()
-        self.hold(n)
-
-    def hold(self, n: int) -> None:
-        """Count `n` more bytes this request holds (its body, then its decoded body) in the
-        in-flight budget: 503 when the server holds too much already."""
-        self.bytes += n
-        self.gate.bytes += n
-        # A request alone in the gate is never refused, however big: it would be refused forever.
-        if self.gate.bytes > self.gate.max_bytes and self.gate.bytes > self.bytes:
-            raise overloaded(
-                "the server has too many upload bytes in flight; retry shortly", retry_after=1
-            )
-
-    def body_read(self) -> None:
-        """The body is in hand: from now on the request works, it no longer waits on its
-        client, and keeps its slot."""
-        if self.evicted:
-            raise _evicted()
-        self.reading = False
-
-
-class IngestGate:
-    """
-    Admits at most `max_requests` ingest requests and `max_bytes` of their bodies at once, and
-    at most `per_caller` requests of one caller (an API key, a run token, or a client address
-    when auth is off): one client trickling many uploads cannot take every slot (429 for the
-    caller over its share, 503 when the server is full). When it is full, an upload still
-    reading a body that has sent nothing for `idle_after` seconds gives its slot to the
-    newcomer.
-    """
-
-    def __init__(
-        self,
-        max_requests: int,
-        max_bytes: int,
-        per_caller: int | None = None,
-        idle_after: float = 0.0,
-    ):
-        self.max_requests = max_requests
-        self.max_bytes = max_bytes
-        self.per_caller = per_caller if per_caller else max_requests
-        self.idle_after = idle_after
-        self.bytes = 0
-        self._tickets: set[Ticket] = set()
-        self._by_caller: dict[str, int] = {}
-
-    @property
-    def active(self) -> int:
-        return len(self._tickets)
-
-    @contextmanager
-    def admit(self, caller: str) -> Iterator[Ticket]:
-        if self._by_caller.get(caller, 0) >= self.per_caller:
-            raise ApiError(
-                429,
-                "too_many_uploads",
-                f"this caller already has {self.per_caller} uploads in flight, the most one "
-                "caller may have at once; retry when one has finished",
-                {"Retry-After": "1"},
-            )
-        if len(self._tickets) >= self.max_requests and not self._evict_idle():
-            raise overloaded("the server has too many uploads in flight; retry shortly")
-        ticket = Ticket(self, caller)
-        self._hold(ticket)
-        try:
-            yield ticket
-        finally:
-            self._release(ticket)
-
-    def _hold(self, ticket: Ticket) -> None:
-        self._tickets.add(ticket)
-        self._by_caller[ticket.caller] = self._by_caller.get(ticket.caller, 0) + 1
-
-    def _release(self, ticket: Ticket) -> None:
-        if ticket not in self._tickets:
-            return  # evicted: its slot and bytes were given back then
-        self._tickets.discard(ticket)
-        self.bytes -= ticket.bytes
-        left = self._by_caller[ticket.caller] - 1
-        if left:
-            self._by_caller[ticket.caller] = left
-        else:
-            del self._by_caller[ticket.caller]
-
-    def _evict_idle(self) -> bool:
-        """Take the slot of the upload idle longest, if one has sent nothing for idle_after."""
-        if self.idle_after <= 0:
-            return False
-        now = time.monotonic()
-        idle = [t for t in self._tickets if t.reading and now - t.last_byte_at >= self.idle_after]
-        if not idle:
-            return False
-        victim = min(idle, key=lambda t: t.last_byte_at)
-        self._release(victim)
-        victim.evicted = True
-        return True
-
-
-def _evicted() -> ApiError:
-    return overloaded(
-        "this upload sent nothing for too long while others waited, and lost its slot; retry",
-        retry_after=1,
-    )
 
 
 class BodyLimit:
@@ -234,9 +98,10 @@ class BodyLimit:
 
     - 413 at once, before any of the body is read, when `Content-Length` says more than the
       route's cap (ingest uploads get the larger one); else 413 once the body passes it.
-    - 408 when a body comes too slowly: after `grace` seconds it must have arrived at
-      `min_rate` bytes/s on average, and no `idle` seconds may pass without a byte. A client
-      that declares a big body and then trickles or stalls holds nothing for long.
+    - 408 when a body comes too slowly: `grace` seconds after the app first reads it, it must
+      have arrived at `min_rate` bytes/s on average, and no `idle` seconds may pass without a
+      byte. A client that declares a big body and then trickles or stalls holds nothing for
+      long.
 
     Any answer given before the request's body was read whole (these, a 401, a 429, a 404 of
     an unknown run...) closes the connection (`Connection: close`), so an unread body is never
@@ -268,15 +133,18 @@ class BodyLimit:
         if declared is not None and declared > limit:
             await _answer(_body_too_large(limit), scope, receive, send)
             return
-        started = time.monotonic()
-        last = started
+        # The body's clock starts when the app first asks for it: an upload waiting for its
+        # slot in the ingest gate (admission.py) is not reading, so not slow.
+        started = last = 0.0
         received = 0
         complete = not _has_body(scope)
 
         async def limited() -> Message:
-            nonlocal received, last, complete
+            nonlocal received, last, complete, started
             if complete:  # the body is in: what follows is waiting for a disconnect
                 return await receive()
+            if not started:
+                started = last = time.monotonic()
             timeout = self._time_left(started, last, received)
             try:
                 message = await asyncio.wait_for(receive(), timeout)

@@ -22,10 +22,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from ..spec import MAX_LOG_LINE_CHARS
+from .admission import ingest_owner
 from .body import iter_objects
 from .errors import bad_request
 from .ingest import receive  # the shared receive step: body, receipt, decompression
-from .limits import ingest_caller
 from .state import ServerState
 from .store.runs import require_running_or_grace
 
@@ -41,7 +41,7 @@ async def upload_logs(
     state: ServerState, request: Request, run: dict[str, Any], key: str | None
 ) -> dict[str, Any]:
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
-    with state.gate.admit(ingest_caller(request)) as ticket:
+    async with state.gate.admit(ingest_owner(request)) as ticket:
         upload = await receive(state, request, run, "logs", key, ticket)
         if upload.prior is not None:
             return upload.prior

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
+from .admission import IngestGate
 from .config import ServerConfigError, ServerSettings
-from .limits import SIGN_IN_BURST, SIGN_IN_RATE, IngestGate, RateLimiter
+from .limits import SIGN_IN_BURST, SIGN_IN_RATE, RateLimiter
 from .store import BlobStore, Store, open_blobs
 from .store.db import describe_url
 
@@ -49,8 +50,9 @@ class ServerState:
             gate=IngestGate(
                 settings.max_ingest_requests,
                 settings.max_ingest_bytes,
-                per_caller=settings.max_ingest_per_caller,
+                per_owner=settings.max_ingest_per_caller,
                 idle_after=settings.body_idle_timeout / 4,
+                queue_wait=settings.ingest_queue_wait,
             ),
         )
 

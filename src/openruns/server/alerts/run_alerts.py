@@ -20,10 +20,10 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from ..admission import ingest_owner
 from ..body import iter_objects
 from ..errors import ApiError, bad_request
 from ..ingest import receive
-from ..limits import ingest_caller
 from ..state import ServerState
 from ..store import alerts
 from ..store.alerts import Transition
@@ -43,7 +43,7 @@ async def upload_run_alerts(
     state: ServerState, request: Request, run: dict[str, Any], key: str | None
 ) -> dict[str, Any]:
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
-    with state.gate.admit(ingest_caller(request)) as ticket:
+    async with state.gate.admit(ingest_owner(request)) as ticket:
         upload = await receive(state, request, run, "alerts", key, ticket)
         if upload.prior is not None:
             return upload.prior

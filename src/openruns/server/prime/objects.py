@@ -26,11 +26,11 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
+from ..admission import ingest_owner
 from ..auth import url_signature
 from ..body import read_body
 from ..errors import ApiError, bad_request, conflict
 from ..handlers import JSON
-from ..limits import ingest_caller
 from ..routes.deps import State
 from ..state import ServerState
 from ..store import prime as prime_store
@@ -77,7 +77,7 @@ async def put_object(
         raise ApiError(403, "expired", "the upload URL has expired; presign again")
     if not is_train_samples_key(blob_key):  # signed by us, so this is a server bug if it fails
         raise bad_request("invalid_key", f"{blob_key!r} is not an upload key")
-    with state.gate.admit(ingest_caller(request)) as ticket:
+    async with state.gate.admit(ingest_owner(request)) as ticket:
         body = await read_body(request, state.settings.max_body_bytes, ticket)
         if len(body) < 8 or body[:4] != _PARQUET_MAGIC or body[-4:] != _PARQUET_MAGIC:
             raise bad_request("invalid_parquet", "the body is not a Parquet file")

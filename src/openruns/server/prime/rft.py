@@ -25,10 +25,10 @@ from pydantic import BaseModel, Field, StringConstraints
 
 from ...identity import new_run_id
 from ...records import flatten_metrics
+from ..admission import ingest_owner
 from ..errors import bad_request, forbidden
 from ..handlers import JSON
 from ..ingest import MAX_KEY_CHARS
-from ..limits import ingest_caller
 from ..routes.deps import State
 from ..state import ServerState
 from ..store.metrics import MAX_STEP
@@ -203,7 +203,7 @@ async def presign(body: Presign, request: Request, state: State, caller: PrimeCa
 async def confirm(body: Confirm, request: Request, state: State, caller: PrimeCaller) -> JSON:
     """Make an uploaded object part of the run's step; a repeat is a success."""
     run = await prime_run(state, caller, body.run_id)
-    rows = await confirm_train_samples(state, run, body.step, body.s3_key, ingest_caller(request))
+    rows = await confirm_train_samples(state, run, body.step, body.s3_key, ingest_owner(request))
     return JSON({"data": {"status": "confirmed", "rows": rows}})
 
 

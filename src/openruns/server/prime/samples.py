@@ -25,10 +25,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from ...records import stamp_run
+from ..admission import ingest_owner
 from ..body import DecodeLimits, decompress, read_body
 from ..errors import bad_request
 from ..ingest import decode_limits, ingest_records
-from ..limits import ingest_caller
 from ..state import ServerState
 from ..store.runs import require_running_or_grace
 from .deps import default_step
@@ -50,7 +50,7 @@ async def store_eval_samples(state: ServerState, request: Request, run: dict[str
     same bytes stores nothing."""
     settings = state.settings
     require_running_or_grace(run, time.time(), settings.finish_grace)
-    with state.gate.admit(ingest_caller(request)) as ticket:
+    async with state.gate.admit(ingest_owner(request)) as ticket:
         body = await read_body(request, settings.max_body_bytes, ticket)
         data = await run_in_threadpool(
             decompress,
@@ -122,14 +122,14 @@ async def confirm_train_samples(
     state: ServerState, run: dict[str, Any], step: int, blob_key: str, caller: str
 ) -> int:
     """Register a Parquet object PUT to its presigned URL and store its episodes; its rows.
-    `caller`: whose upload slot it takes (limits.ingest_caller)."""
+    `caller`: whose upload slot it takes (admission.ingest_owner)."""
     if not is_train_samples_key(blob_key, run["seq"], step):
         raise bad_request(
             "invalid_s3_key",
             f"s3_key {blob_key!r} is not a key this server presigned for this run and step",
         )
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
-    with state.gate.admit(caller) as ticket:
+    async with state.gate.admit(caller) as ticket:
         ticket.body_read()  # no body to wait for: it works from the start
         if not await run_in_threadpool(state.blobs.exists, blob_key):
             raise bad_request(

@@ -32,11 +32,11 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 
+from ..admission import ingest_owner
 from ..body import decompress, iter_objects, read_body
 from ..errors import ApiError, bad_request, conflict
 from ..handlers import JSON
 from ..ingest import decode_limits, ingest_records
-from ..limits import ingest_caller
 from ..routes.deps import State
 from ..state import ServerState
 from ..store.runs import require_running_or_grace
@@ -84,7 +84,7 @@ async def upload_traces(
             f"X-Prime-Line-Format must be 'episode' (or absent for traces), got {line_format!r}",
         )
     settings = state.settings
-    with state.gate.admit(ingest_caller(request)) as ticket:
+    async with state.gate.admit(ingest_owner(request)) as ticket:
         body = await read_body(request, settings.max_body_bytes, ticket)
         upload = await run_in_threadpool(parse_upload, body, request.headers.get("content-type"))
         data = await run_in_threadpool(

@@ -36,12 +36,12 @@ from starlette.concurrency import run_in_threadpool
 
 from ...rundir import batch_key
 from ...spec import MAX_CONFIG_SOURCE_BYTES
+from ..admission import ingest_owner
 from ..auth import url_signature
 from ..body import read_body
 from ..errors import ApiError, bad_request
 from ..handlers import JSON
 from ..ingest import ingest_records
-from ..limits import ingest_caller
 from ..routes.deps import State
 from ..state import ServerState
 from ..store import episodes as store_episodes
@@ -110,7 +110,7 @@ async def put_file(
     run = await state.store.read(store_runs.get_run_by_seq, run_seq)
     if run is None:
         raise ApiError(404, "not_found", "the upload URL's run does not exist")
-    with state.gate.admit(ingest_caller(request)) as ticket:
+    async with state.gate.admit(ingest_owner(request)) as ticket:
         body = await read_body(request, state.settings.max_body_bytes, ticket)
         key = media.blob_key(run_seq, name)
         await run_in_threadpool(state.blobs.put_atomic, key, body)

@@ -31,10 +31,10 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
+from ..admission import ingest_owner
 from ..body import read_body
 from ..errors import ApiError, bad_request
 from ..handlers import JSON
-from ..limits import ingest_caller
 from ..store import wandb as store
 from ..store.metrics import MetricPoints
 from . import media
@@ -59,7 +59,7 @@ async def file_stream(entity: str, project: str, run_id: str, request: Request) 
     run = await caller.run(entity, run_id, write=True)
     if run is None:
         raise ApiError(404, "not_found", f"no run {run_id!r} in entity {entity!r}")
-    with state.gate.admit(ingest_caller(request)) as ticket:
+    async with state.gate.admit(ingest_owner(request)) as ticket:
         body = await read_body(request, state.settings.max_body_bytes, ticket)
         chunk = await run_in_threadpool(parse_stream, body, time.time())
         answer = await state.store.write(
