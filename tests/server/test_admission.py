@@ -129,12 +129,17 @@ def _stall(url: str, run_id: str, source: str = "127.0.0.1") -> socket.socket:
         (parts.hostname, parts.port), timeout=SETTLE, source_address=(source, 0)
     )
     head = (
-        f"POST /api/v1/runs/{run_id}/metrics HTTP/1.1\r\nHost: test\r\n"
+        f"POST /api/v1/runs/{run_id}/metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         "Content-Type: application/x-ndjson\r\nContent-Length: 1000\r\n"
         "Expect: 100-continue\r\n\r\n"
     )
-    sock.sendall(head.encode())
-    assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue"), "the stalled upload got no slot"
+    try:
+        sock.sendall(head.encode())
+        answer = sock.recv(64)
+        assert answer.startswith(b"HTTP/1.1 100 Continue"), f"the stalled upload got {answer!r}"
+    except BaseException:
+        sock.close()  # an unclosed socket's ResourceWarning would fail a later test
+        raise
     return sock
 
 
