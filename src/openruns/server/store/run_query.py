@@ -46,7 +46,7 @@ from ..errors import bad_request
 from ..queries.language import COLUMNS, And, Compare, Field, Node, Not, Or, Value
 from .schema import metric_keys, metric_points, metric_time_points, run_tags, runs
 
-__all__ = ["Cursor", "RunQuery", "query_page"]
+__all__ = ["Cursor", "RunQuery", "page_statement", "query_page"]
 
 Cursor = tuple[Value, int]  # (the sort value of the last run of a page, its seq)
 _COLUMN_OF = {"group": "group_name", "created": "created_at", "finished": "finished_at"}
@@ -70,6 +70,18 @@ def query_page(
     Up to `limit` rows of `base` (a select of runs with its plain filters) that match
     `query`, in its order: (run row, its sort value, {column text: value}).
     """
+    out = []
+    for row in conn.execute(page_statement(conn, base, query, limit)).mappings():
+        run = {k: v for k, v in row.items() if k != "sort_value" and not _is_extra(k)}
+        values = {
+            field.text: _decoded(field, row[f"c{i}"]) for i, field in enumerate(query.columns)
+        }
+        out.append((run, row["sort_value"], values))
+    return out
+
+
+def page_statement(conn: Connection, base: Select[Any], query: RunQuery, limit: int) -> Any:
+    """The SELECT of one page (query_page runs it; benchmarks/runs_query.py EXPLAINs it)."""
     sql = _Sql(conn.dialect.name)
     if query.where is not None:
         base = base.where(sql.node(query.where))
@@ -87,14 +99,7 @@ def query_page(
     elif query.after is not None:
         page = page.where(inner.c.seq < query.after[1])
     order.append(inner.c.seq.desc())
-    out = []
-    for row in conn.execute(page.order_by(*order).limit(limit)).mappings():
-        run = {k: v for k, v in row.items() if k != "sort_value" and not _is_extra(k)}
-        values = {
-            field.text: _decoded(field, row[f"c{i}"]) for i, field in enumerate(query.columns)
-        }
-        out.append((run, row["sort_value"], values))
-    return out
+    return page.order_by(*order).limit(limit)
 
 
 def _is_extra(name: str) -> bool:
