@@ -335,6 +335,34 @@ class Client:
         pages = self._pages(f"{_run_path(run_id)}/search", params, page_size)
         return itertools.islice(pages, limit) if limit is not None else pages
 
+    def search_runs(
+        self,
+        q: str,
+        *,
+        project: str | None = None,
+        group: str | None = None,
+        filter: str | None = None,
+        stream: str = "episodes",
+        kind: str | None = None,
+        limit: int | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """
+        `search()` over the episodes of many runs: those of a project, a group and/or a run
+        filter (the language of `runs(filter=)`), at most 1000 runs (a wider scope raises the
+        server's 400). Each hit names its run: `hit["run"] == {"id", "name"}`.
+        """
+        params = {
+            "q": q,
+            "project": project,
+            "group": group,
+            "filter": filter,
+            "stream": stream,
+            "kind": kind,
+        }
+        page_size = min(_SEARCH_PAGE, limit) if limit else _SEARCH_PAGE
+        pages = self._pages("/search", params, page_size)
+        return itertools.islice(pages, limit) if limit is not None else pages
+
     def _pages(self, path: str, params: dict[str, Any], limit: int) -> Iterator[dict[str, Any]]:
         query = {k: v for k, v in params.items() if v is not None}
         query["limit"] = limit

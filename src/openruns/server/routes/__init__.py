@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import episodes, export, health, logs, metrics, rollouts, runs, session
+from . import episodes, export, health, logs, metrics, rollouts, runs, search_runs, session
 
 # Not `from . import annotations`: that name is the __future__ feature imported above.
 from .annotations import router as annotations_router
@@ -18,5 +18,6 @@ ROUTERS = (
     annotations_router,
     export.router,
     rollouts.router,
+    search_runs.router,
     logs.router,
 )

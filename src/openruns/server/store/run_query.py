@@ -1,6 +1,6 @@
 """
 Run filters, sorts and columns (queries/language.py trees) compiled to SQLAlchemy Core, the
-same on SQLite (json_type / json_extract) and PostgreSQL (jsonb #> and jsonb_typeof).
+same on SQLite (json_type / json_extract) and PostgreSQL (jsonpath over the jsonb of the column).
 
 Semantics, the same on both databases:
 - `config.<path>` reads the run's parsed config (runs.config_values), `summary.<path>` its
@@ -38,8 +38,10 @@ from sqlalchemy import (
     not_,
     or_,
     select,
+    text,
+    true,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, JSONPATH
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import bad_request
@@ -70,6 +72,10 @@ def query_page(
     Up to `limit` rows of `base` (a select of runs with its plain filters) that match
     `query`, in its order: (run row, its sort value, {column text: value}).
     """
+    if conn.dialect.name == "postgresql":
+        # These plans cost millions (a function per run): PostgreSQL's JIT would compile them
+        # for hundreds of milliseconds on every call and save less (benchmarks/runs_query.py).
+        conn.execute(text("SET LOCAL jit = off"))
     out = []
     for row in conn.execute(page_statement(conn, base, query, limit)).mappings():
         run = {k: v for k, v in row.items() if k != "sort_value" and not _is_extra(k)}
@@ -131,41 +137,59 @@ class _Sql:
     def _document(self, field: Field) -> Any:
         return runs.c.config_values if field.source == "config" else runs.c.summary
 
-    def _type(self, field: Field) -> Any:
-        """The JSON type of the value, named the same on both databases: number, string,
-        true, false, null, object, array; SQL NULL when the key is missing."""
-        if self.postgres:
-            value = cast(self._document(field), JSONB).op("#>", return_type=JSONB)(
-                self._pg_path(field)
-            )
-            kind = func.jsonb_typeof(value)
-            return case(
-                (kind == "boolean", cast(value, String)),
-                else_=kind,
-            )
-        kind = func.json_type(self._document(field), self._sqlite_path(field))
-        return case(
-            (kind.in_(("integer", "real")), "number"),
-            (kind == "text", "string"),
-            else_=kind,
+    # On PostgreSQL each test is one jsonpath query (the text column is parsed once per test,
+    # jsonb_path_query_first stops at the value); on SQLite json_type and json_extract share
+    # SQLite's cache of the last documents parsed.
+
+    def _pg_first(self, field: Field, test: str) -> Any:
+        """The value at the field's path when it passes the jsonpath `test`, else NULL."""
+        # strict: an array is not unwrapped into its items; silent: a missing key is NULL.
+        path = "strict " + self._pg_jsonpath(field) + f" ? ({test})"
+        return func.jsonb_path_query_first(
+            cast(self._document(field), JSONB),
+            cast(literal(path), JSONPATH),
+            cast(literal("{}"), JSONB),
+            true(),
         )
 
-    def _text(self, field: Field) -> Any:
-        """The value as text (a string's own text); what `_type` says it is tells apart."""
-        if self.postgres:
-            return cast(self._document(field), JSONB).op("#>>", return_type=String)(
-                self._pg_path(field)
-            )
+    def _pg_jsonpath(self, field: Field) -> str:
+        parts = ["$"]
+        for segment in field.path:
+            if segment.isdigit():
+                parts.append(f"[{segment}]")
+            else:
+                parts.append('."' + segment.replace("\\", "\\\\").replace('"', '\\"') + '"')
+        return "".join(parts)
+
+    def _sqlite_type(self, field: Field) -> Any:
+        return func.json_type(self._document(field), self._sqlite_path(field))
+
+    def _sqlite_value(self, field: Field) -> Any:
         return func.json_extract(self._document(field), self._sqlite_path(field))
 
     def _number(self, field: Field) -> Any:
         """The value when it is a number, else NULL."""
         if self.postgres:
-            return case((self._type(field) == "number", cast(self._text(field), Float)))
-        return case((self._type(field) == "number", self._text(field)))
+            return cast(self._pg_first(field, '@.type() == "number"'), Float)
+        return case((self._sqlite_type(field).in_(("integer", "real")), self._sqlite_value(field)))
 
     def _string(self, field: Field) -> Any:
-        return case((self._type(field) == "string", self._text(field)))
+        """The value when it is a string, else NULL."""
+        if self.postgres:
+            found = self._pg_first(field, '@.type() == "string"')
+            return found.op("#>>", return_type=String)(literal([], ARRAY(String)))
+        return case((self._sqlite_type(field) == "text", self._sqlite_value(field)))
+
+    def _boolean(self, field: Field, value: bool) -> Any:
+        if self.postgres:
+            return self._pg_first(field, "@ == " + ("true" if value else "false")).is_not(None)
+        return self._sqlite_type(field) == ("true" if value else "false")
+
+    def _json_present(self, field: Field) -> Any:
+        """The key is there with a value other than JSON null (true or false, never NULL)."""
+        if self.postgres:
+            return self._pg_first(field, '@.type() != "null"').is_not(None)
+        return func.coalesce(self._sqlite_type(field), "null") != "null"
 
     def _sqlite_path(self, field: Field) -> str:
         parts = ["$"]
@@ -236,7 +260,7 @@ class _Sql:
 
     def _present(self, field: Field) -> Any:
         if field.source in ("config", "summary"):
-            return func.coalesce(self._type(field), "null") != "null"  # missing: known absent
+            return self._json_present(field)
         if field.source == "metric":
             return _latest(field.path[0]).is_not(None)
         if field.path == ("tag",):
@@ -248,7 +272,7 @@ class _Sql:
             return not_(self._present(field))
         if field.source in ("config", "summary"):
             if isinstance(value, bool):
-                return self._type(field) == ("true" if value else "false")
+                return self._boolean(field, value)
             if isinstance(value, (int, float)):
                 return self._number(field) == value
             return self._string(field) == value
