@@ -208,6 +208,8 @@ def plans(url: str) -> list[tuple[str, float, list[str]]]:
                 base = select(runs).where(runs.c.project == PROJECT)
                 statement = page_statement(conn, base, query, 51)
                 sql = str(statement.compile(conn, compile_kwargs={"literal_binds": True}))
+                # SQLite's "no limit" of the inner OFFSET 0 stays a parameter in literal SQL.
+                sql = sql.replace("LIMIT ? OFFSET 0", "LIMIT -1 OFFSET 0")
                 if conn.dialect.name == "postgresql":
                     conn.execute(text("SET LOCAL jit = off"))  # as query_page does
                 times = []
