@@ -97,6 +97,7 @@ def names(client: httpx.Client, fleet: dict[str, Any], **params: Any) -> list[st
         ("config.optimizer.betas.1 > 0.95", "a"),
         ("config.optimizer.name contains ADA", "ac"),
         ("config.seed = 2", "b"),
+        ("config.seed < 99999999999999999999999", "ab"),  # beyond 64 bits: a float
         ("config.seed = '3'", "c"),  # a string in YAML stays a string
         ("config.seed = 3", ""),
         ("config.seed = null", "de"),  # missing (d: a text config) or null
@@ -245,6 +246,7 @@ def test_time_keyed_metric_is_a_latest_value(client):
         ({"sort": "-tag"}, "invalid_sort", "cannot be sorted by tag"),
         ({"columns": "config.lr,oops"}, "invalid_columns", "'oops' is not a field"),
         ({"sort": "name", "cursor": "WzFd"}, "invalid_cursor", "not one this server"),
+        ({"sort": "-summary.x", "cursor": "WyJhIiwgMl0"}, "invalid_cursor", "another sort"),
     ],
 )
 def test_bad_queries_are_400_naming_the_problem(client, params, code, says):

@@ -268,8 +268,9 @@ class _Parser:
         token = self.token
         if token.kind == "number":
             self.take()
-            number = float(token.text)
-            return int(token.text) if re.fullmatch(r"-?\d+", token.text) else number
+            if re.fullmatch(r"-?\d+", token.text) and -(2**63) <= int(token.text) < 2**63:
+                return int(token.text)
+            return float(token.text)  # beyond 64 bits, an integer compares as a float
         if token.kind == "date":
             self.take()
             return token.text

@@ -14,7 +14,9 @@ from ..errors import bad_request, conflict, forbidden
 from ..handlers import JSON
 from ..models import RunCreate, RunCreated, RunFinish, RunList, RunOut, RunPatch, Status
 from ..queries.language import (
+    COLUMNS,
     MAX_FILTER_CHARS,
+    Field,
     FilterError,
     parse_field,
     parse_filter,
@@ -119,6 +121,8 @@ async def list_runs(
     else:
         shape = ((int, float, str, type(None)), (int,)) if query.sort else ((int,),)
         decoded = decode_cursor(cursor, shape)
+        if decoded is not None and query.sort and not _fits_sort(decoded[0], query.sort[0]):
+            raise bad_request("invalid_cursor", "the cursor is of another sort than this one")
         if decoded is not None:
             after = decoded if query.sort else [None, decoded[0]]
             query = replace(query, after=(after[0], after[1]))
@@ -150,6 +154,14 @@ async def list_runs(
             run.pop("values", None)
         items.append(public_run(state, run))
     return JSON({"items": items, "next_cursor": next_cursor})
+
+
+def _fits_sort(value: object, field: Field) -> bool:
+    """Whether a cursor's sort value has the type the sort compares (numbers or text)."""
+    if value is None:
+        return True
+    numeric = field.source != "column" or COLUMNS[field.path[0]] == "time"
+    return isinstance(value, (int, float)) if numeric else isinstance(value, str)
 
 
 def _run_query(filter: str | None, sort: str | None, columns: str | None) -> RunQuery | None:
