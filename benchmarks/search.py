@@ -12,6 +12,10 @@ Full-text search over a run's rollouts on the embedded store (SQLite FTS5), at s
 
     uv run python benchmarks/search.py                      # 100,000 episodes: ~15 minutes
     uv run python benchmarks/search.py --episodes 5000      # a smoke run
+    uv run python benchmarks/search.py --runs 100           # the episodes spread over 100
+                                                            # runs of one project, and the
+                                                            # same queries across them
+                                                            # (GET /search?project=, issue 22)
 
 Results go in docs/benchmarks.md, section "Dashboard: search".
 """
@@ -44,6 +48,7 @@ MiB = 1024 * 1024
 VOCABULARY = 60_000
 SENTENCES = 200_000
 REPEAT = 15
+PROJECT = "search-bench"
 BATCH = 500  # episodes per segment (an upload of the SDK carries a few hundred)
 
 # Words planted at known rates, to query at known selectivity.
@@ -135,7 +140,7 @@ def make_episode(i: int, rng: numpy.random.Generator, sentences: list[str]) -> d
     }
 
 
-def build(data_dir: Path, episodes: int) -> tuple[str, dict]:
+def build(data_dir: Path, episodes: int, runs: int = 1) -> tuple[list[str], dict]:
     settings = ServerSettings(data_dir=data_dir)
     state = ServerState.open(settings)
     figures: dict = {}
@@ -143,9 +148,16 @@ def build(data_dir: Path, episodes: int) -> tuple[str, dict]:
         rng = numpy.random.default_rng(14)
         started = time.perf_counter()
         sentences = make_sentences(rng)
-        run, _ = asyncio.run(
-            state.store.create_run("default", {"id": "search-bench", "kind": "train"}, None)
-        )
+        made = [
+            asyncio.run(
+                state.store.create_run(
+                    "default",
+                    {"id": f"search-bench-{i}", "kind": "train", "project": PROJECT},
+                    None,
+                )
+            )[0]
+            for i in range(runs)
+        ]
         text_bytes = json_bytes = 0
         for first in range(0, episodes, BATCH):
             records = [
@@ -157,6 +169,7 @@ def build(data_dir: Path, episodes: int) -> tuple[str, dict]:
                 len(n["message"]["content"]) for r in records for n in r["traces"][0]["nodes"]
             )
             segment = build_segment(data)
+            run = made[(first // BATCH) % runs]
             key = f"runs/{run['seq']}/episodes/{first:08d}.ndjson.zst"
             state.blobs.put_atomic(key, segment.blob)
             asyncio.run(
@@ -176,7 +189,7 @@ def build(data_dir: Path, episodes: int) -> tuple[str, dict]:
     finally:
         state.close()
     figures["db_mb"] = (data_dir / "openruns.db").stat().st_size / MiB
-    return run["id"], figures
+    return [run["id"] for run in made], figures
 
 
 def start_server(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -221,14 +234,18 @@ QUERIES = {
 }
 
 
-def time_queries(url: str, run_id: str) -> list[tuple[str, int, float, float, float]]:
+def time_queries(url: str, run_id: str | None) -> list[tuple[str, int, float, float, float]]:
+    """The queries in one run, or (run_id None) across every run of the project."""
     out = []
+    path, scope = (f"/runs/{run_id}/search", {}) if run_id else ("/search", {"project": PROJECT})
     with httpx.Client(base_url=url + "/api/v1", timeout=60) as client:
         for label, params in QUERIES.items():
+            if run_id is None and set(params) & {"env", "ok", "reward_min"}:
+                continue  # filters of the per-run search only
             times, hits = [], 0
             for _ in range(REPEAT + 1):
                 t0 = time.perf_counter()
-                body = client.get(f"/runs/{run_id}/search", params={**params, "limit": 20}).json()
+                body = client.get(path, params={**params, **scope, "limit": 20}).json()
                 times.append(time.perf_counter() - t0)
                 hits = len(body["items"])
             times = times[1:]  # the first one warms the page cache
@@ -249,6 +266,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--episodes", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=1, help="runs to spread the episodes over")
     parser.add_argument(
         "--data-dir",
         type=Path,
@@ -260,7 +278,7 @@ def main() -> None:
     data_dir = args.data_dir or root / "data"
     try:
         print(f"load before: {os.getloadavg()}")
-        run_id, figures = build(data_dir, args.episodes)
+        run_ids, figures = build(data_dir, args.episodes, args.runs)
         print(
             f"{args.episodes:,} episodes: {figures['json_mb']:,.0f} MB of JSON, "
             f"{figures['text_mb']:,.0f} MB of message text, built in {figures['build_s']:.0f} s"
@@ -275,10 +293,16 @@ def main() -> None:
         try:
             print(f"load before queries: {os.getloadavg()}")
             print(f"{'query':32} {'hits':>5} {'min ms':>8} {'median ms':>10} {'p95 ms':>8}")
-            for label, hits, low, mid, p95 in time_queries(url, run_id):
-                print(
-                    f"{label:32} {hits:5d} {low * 1000:8.1f} {mid * 1000:10.1f} {p95 * 1000:8.1f}"
-                )
+            scopes = [(f"one run of {args.runs}", run_ids[0])]
+            if args.runs > 1:
+                scopes.append((f"across the project's {args.runs} runs", None))
+            for title, scope in scopes:
+                print(title)
+                for label, hits, low, mid, p95 in time_queries(url, scope):
+                    print(
+                        f"{label:32} {hits:5d} {low * 1000:8.1f} {mid * 1000:10.1f} "
+                        f"{p95 * 1000:8.1f}"
+                    )
             machine = f"Python {platform.python_version()}, {os.cpu_count()} cores"
             print(f"load after: {os.getloadavg()} ({machine})")
         finally:

@@ -60,13 +60,68 @@ class Client:
         tag: str | None = None,
         limit: int | None = None,
         project: str | None = None,
+        group: str | None = None,
+        filter: str | None = None,
+        sort: str | None = None,
+        columns: Sequence[str] | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Runs newest first, filtered (name: substring; project: exactly); at most `limit`
-        when given."""
-        params = {"kind": kind, "status": status, "name": name, "tag": tag, "project": project}
+        """
+        Runs newest first, filtered (name: substring; project, group: exactly); at most
+        `limit` when given. `filter` is an expression over config, summary, latest metric
+        values and the run's columns (`"config.lr < 1e-5 and summary.reward > 0.5"`), `sort` a
+        field with `-` for descending (`"-metric:reward"`), `columns` fields answered in each
+        run's `values` (the server's docs/server.md has the language). A bad expression raises
+        the server's 400, naming the token and its position.
+        """
+        params = {
+            "kind": kind,
+            "status": status,
+            "name": name,
+            "tag": tag,
+            "project": project,
+            "group": group,
+            "filter": filter,
+            "sort": sort,
+            "columns": _fields(columns) if columns else None,
+        }
         page_size = min(_RUNS_PAGE, limit) if limit else _RUNS_PAGE
         pages = self._pages("/runs", params, page_size)
         return itertools.islice(pages, limit) if limit is not None else pages
+
+    def runs_frame(
+        self,
+        columns: Sequence[str],
+        *,
+        filter: str | None = None,
+        sort: str | None = None,
+        limit: int | None = None,
+        project: str | None = None,
+        group: str | None = None,
+        frame: str = "pandas",
+    ) -> Any:
+        """
+        Runs × chosen fields as a DataFrame (pandas, or polars with `frame="polars"`): one row
+        per run with `id`, `name`, `status`, then a column per field of `columns`
+        (`["config.lr", "summary.reward", "metric:loss"]`: config and summary values, the
+        latest value of a metric), None where a run has none; runs as `runs()` lists them.
+        """
+        module = _frame_module(frame, "runs_frame")
+        fields = list(dict.fromkeys(columns))
+        runs = self.runs(
+            filter=filter,
+            sort=sort,
+            limit=limit,
+            project=project,
+            group=group,
+            columns=fields,
+        )
+        table: dict[str, list[Any]] = {name: [] for name in ("id", "name", "status", *fields)}
+        for run in runs:
+            for name in ("id", "name", "status"):
+                table[name].append(run[name])
+            for field in fields:
+                table[field].append((run.get("values") or {}).get(field))
+        return module.DataFrame(table)
 
     def run(self, run_id: str) -> dict[str, Any]:
         return cast(dict[str, Any], self._get(_run_path(run_id)))
@@ -135,15 +190,7 @@ class Client:
         `frame="polars"`). One column per key: `df.pivot(index="step", columns="key",
         values="value")` in pandas (time-keyed rows have no step: select them by `ts`).
         """
-        if frame not in ("pandas", "polars"):
-            raise ConfigurationError(f"frame must be 'pandas' or 'polars', got {frame!r}")
-        try:
-            module = importlib.import_module(frame)
-        except ImportError as exc:
-            raise ConfigurationError(
-                f"metrics_frame(frame={frame!r}) needs {frame}, which is not installed: "
-                f"pip install {frame}"
-            ) from exc
+        module = _frame_module(frame, "metrics_frame")
         rows = self.metrics(run_id, keys, max_points, kind)
         columns = {name: [r[name] for r in rows] for name in ("step", "key", "value", "ts")}
         return module.DataFrame(columns)
@@ -299,6 +346,34 @@ class Client:
         pages = self._pages(f"{_run_path(run_id)}/search", params, page_size)
         return itertools.islice(pages, limit) if limit is not None else pages
 
+    def search_runs(
+        self,
+        q: str,
+        *,
+        project: str | None = None,
+        group: str | None = None,
+        filter: str | None = None,
+        stream: str = "episodes",
+        kind: str | None = None,
+        limit: int | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """
+        `search()` over the episodes of many runs: those of a project, a group and/or a run
+        filter (the language of `runs(filter=)`), at most 1000 runs (a wider scope raises the
+        server's 400). Each hit names its run: `hit["run"] == {"id", "name"}`.
+        """
+        params = {
+            "q": q,
+            "project": project,
+            "group": group,
+            "filter": filter,
+            "stream": stream,
+            "kind": kind,
+        }
+        page_size = min(_SEARCH_PAGE, limit) if limit else _SEARCH_PAGE
+        pages = self._pages("/search", params, page_size)
+        return itertools.islice(pages, limit) if limit is not None else pages
+
     def _pages(self, path: str, params: dict[str, Any], limit: int) -> Iterator[dict[str, Any]]:
         query = {k: v for k, v in params.items() if v is not None}
         query["limit"] = limit
@@ -314,6 +389,24 @@ class Client:
             lambda: self._wire.get(path, params),
             deadline=time.monotonic() + self._retry_timeout,
         )
+
+
+def _frame_module(frame: str, caller: str) -> Any:
+    """pandas or polars, imported on use; ConfigurationError naming what to install."""
+    if frame not in ("pandas", "polars"):
+        raise ConfigurationError(f"frame must be 'pandas' or 'polars', got {frame!r}")
+    try:
+        return importlib.import_module(frame)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"{caller}(frame={frame!r}) needs {frame}, which is not installed: pip install {frame}"
+        ) from exc
+
+
+def _fields(columns: Sequence[str]) -> str:
+    if isinstance(columns, str):
+        raise ConfigurationError("columns must be a list of fields, not one string")
+    return ",".join(columns)
 
 
 def _run_path(run_id: str) -> str:

@@ -223,8 +223,14 @@ class RunCreated(RunOut):
     token: str = Field(description="per-run token: reads and writes this run only")
 
 
+class RunListed(RunOut):
+    values: dict[str, Any] | None = Field(
+        None, description="the fields asked for with `columns`, by their text (issue 22)"
+    )
+
+
 class RunList(BaseModel):
-    items: list[RunOut]
+    items: list[RunListed]
     next_cursor: str | None
 
 

@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from ..alerts.routes import router as alerts_router
-from . import deletion, episodes, export, health, logs, metrics, rollouts, runs, session
+from . import (
+    deletion,
+    episodes,
+    export,
+    health,
+    logs,
+    metrics,
+    rollouts,
+    runs,
+    search_runs,
+    session,
+)
 
 # Not `from . import annotations`: that name is the __future__ feature imported above.
 from .annotations import router as annotations_router
@@ -19,6 +30,7 @@ ROUTERS = (
     annotations_router,
     export.router,
     rollouts.router,
+    search_runs.router,
     logs.router,
     alerts_router,
     deletion.router,

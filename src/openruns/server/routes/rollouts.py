@@ -31,7 +31,7 @@ from ..state import ServerState
 from ..store.metrics import MAX_STEP
 from .deps import Caller, State, decode_cursor, encode_cursor, readable_run
 
-__all__ = ["router"]
+__all__ = ["MAX_HITS", "SearchHit", "Step", "Stream", "record_texts", "router"]
 
 router = APIRouter(tags=["rollouts"])
 
@@ -124,9 +124,9 @@ async def search(
     next_cursor = encode_cursor([hits[limit - 1]["seq"]]) if len(hits) > limit else None
     hits = hits[:limit]
     found = await state.store.places([h["seq"] for h in hits])
-    texts = await run_in_threadpool(_texts, state, [found.get(h["seq"]) for h in hits])
+    texts = await run_in_threadpool(record_texts, state, [found.get(h["seq"]) for h in hits])
     for hit, text in zip(hits, texts, strict=True):
-        del hit["seq"]
+        del hit["seq"], hit["run_seq"]
         hit["snippets"] = snippets(text, query)
     progress = await state.store.search_progress(run["seq"])
     return JSON({"items": hits, "next_cursor": next_cursor, **progress})
@@ -216,7 +216,9 @@ def _location(row: dict[str, Any]) -> Location:
     return Location.of(row)
 
 
-def _texts(state: ServerState, rows: list[dict[str, Any] | None]) -> list[list[tuple[str, str]]]:
+def record_texts(
+    state: ServerState, rows: list[dict[str, Any] | None]
+) -> list[list[tuple[str, str]]]:
     present = [r for r in rows if r is not None]
     records = iter(load_records(state.blobs, [_location(r) for r in present]))
     return [record_text(parse(next(records))) if r is not None else [] for r in rows]

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query
 
 from ...identity import new_run_id
 from ..auth import run_token
-from ..errors import conflict, forbidden
+from ..errors import bad_request, conflict, forbidden
 from ..handlers import JSON
 from ..models import RunCreate, RunCreated, RunFinish, RunList, RunOut, RunPatch, Status
+from ..queries.language import (
+    COLUMNS,
+    MAX_FILTER_CHARS,
+    Field,
+    FilterError,
+    parse_field,
+    parse_filter,
+    parse_sort,
+)
+from ..store.run_query import RunQuery
 from ..store.runs import check_run_id, request_stop
 from .deps import (
     Caller,
@@ -26,6 +37,8 @@ from .deps import (
 __all__ = ["router"]
 
 router = APIRouter(tags=["runs"])
+
+MAX_COLUMNS = 50  # fields per run in one listing's `values`
 
 IdempotencyKey = Annotated[
     str | None,
@@ -77,11 +90,43 @@ async def list_runs(
     tag: Annotated[str | None, Query(max_length=256)] = None,
     group: Annotated[str | None, Query(max_length=256)] = None,
     project: Annotated[str | None, Query(max_length=256)] = None,
+    filter: Annotated[
+        str | None,
+        Query(
+            max_length=MAX_FILTER_CHARS,
+            description="an expression over config.<path>, summary.<path>, metric:<key> and "
+            "the run's columns: `config.lr < 1e-5 and summary.reward > 0.5` (docs/server.md)",
+        ),
+    ] = None,
+    sort: Annotated[
+        str | None,
+        Query(max_length=512, description="a field, `-` first for descending: `-metric:reward`"),
+    ] = None,
+    columns: Annotated[
+        str | None,
+        Query(
+            max_length=4096,
+            description="comma-separated fields answered per run in `values` "
+            "(`config.lr,summary.reward,metric:loss`)",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[str | None, Query(max_length=1000)] = None,
 ) -> JSON:
-    """Runs newest first, one page at a time (pass `next_cursor` back as `cursor`)."""
-    after = decode_cursor(cursor, ((int,),))
+    """Runs newest first (or in the order of `sort`), one page at a time (pass `next_cursor`
+    back as `cursor`, with the same filter and sort)."""
+    query = _run_query(filter, sort, columns)
+    if query is None:
+        after = decode_cursor(cursor, ((int,),))
+    else:
+        shape = ((int, float, str, type(None)), (int,)) if query.sort else ((int,),)
+        decoded = decode_cursor(cursor, shape)
+        if decoded is not None and query.sort and not _fits_sort(decoded[0], query.sort[0]):
+            raise bad_request("invalid_cursor", "the cursor is of another sort than this one")
+        if decoded is not None:
+            after = decoded if query.sort else [None, decoded[0]]
+            query = replace(query, after=(after[0], after[1]))
+        after = None
     page = await state.store.list_runs(
         team_id=caller.team_id,
         only_run=caller.run_id,
@@ -93,10 +138,52 @@ async def list_runs(
         project=project,
         limit=limit + 1,
         before_seq=after[0] if after else None,
+        query=query,
     )
-    next_cursor = encode_cursor([page[limit - 1]["seq"]]) if len(page) > limit else None
-    items = [public_run(state, run) for run in page[:limit]]
+    next_cursor = None
+    if len(page) > limit:
+        last = page[limit - 1]
+        sorted_by_value = query is not None and query.sort is not None
+        next_cursor = encode_cursor(
+            [last["sort_value"], last["seq"]] if sorted_by_value else [last["seq"]]
+        )
+    items = []
+    for run in page[:limit]:
+        run.pop("sort_value", None)
+        if query is None or not query.columns:
+            run.pop("values", None)
+        items.append(public_run(state, run))
     return JSON({"items": items, "next_cursor": next_cursor})
+
+
+def _fits_sort(value: object, field: Field) -> bool:
+    """Whether a cursor's sort value has the type the sort compares (numbers or text)."""
+    if value is None:
+        return True
+    numeric = field.source != "column" or COLUMNS[field.path[0]] == "time"
+    return isinstance(value, (int, float)) if numeric else isinstance(value, str)
+
+
+def _run_query(filter: str | None, sort: str | None, columns: str | None) -> RunQuery | None:
+    """The filter, sort and columns of a listing, parsed; 400 naming what does not parse."""
+    if not (filter or sort or columns):
+        return None
+    try:
+        where = parse_filter(filter) if filter else None
+    except FilterError as exc:
+        raise bad_request("invalid_filter", f"filter: {exc}") from exc
+    try:
+        order = parse_sort(sort) if sort else None
+    except FilterError as exc:
+        raise bad_request("invalid_sort", f"sort: {exc}") from exc
+    names = [c for c in (columns or "").split(",") if c.strip()]
+    if len(names) > MAX_COLUMNS:
+        raise bad_request("invalid_columns", f"columns: at most {MAX_COLUMNS} fields")
+    try:
+        fields = tuple(parse_field(c) for c in names)
+    except FilterError as exc:
+        raise bad_request("invalid_columns", f"columns: {exc}") from exc
+    return RunQuery(where=where, sort=order, columns=fields)
 
 
 @router.get("/runs/{run_id}", response_model=RunOut)

@@ -117,7 +117,7 @@ def update_run(
         conn.execute(
             update(runs_table)
             .where(runs_table.c.seq == seq)
-            .values(config=runs.dump_json(config, "metadata"), updated_at=now)
+            .values(**runs.config_columns(config, "metadata"), updated_at=now)
         )
     if summary is not None:
         runs.patch_run(conn, seq, {"summary": summary}, now)

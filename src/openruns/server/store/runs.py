@@ -26,8 +26,10 @@ from sqlalchemy import Connection, RowMapping, and_, delete, insert, or_, select
 from ...identity import RUN_ID_PATTERN, invalid_run_id  # the SDK's rule, written once
 from ...spec import RunStatus
 from ..errors import ApiError, bad_request, conflict
-from . import alerts, metrics
+from ..queries.config_values import config_values
+from . import alerts, metrics, run_query
 from .deletion import refuse_deleted_id
+from .run_query import RunQuery
 from .schema import run_tags, runs
 from .sql import insert_ignore
 
@@ -36,6 +38,7 @@ __all__ = [
     "JSON_COLUMNS",
     "RUN_ID_PATTERN",
     "check_run_id",
+    "config_columns",
     "create_run",
     "crash_stale",
     "dump_json",
@@ -87,8 +90,23 @@ def dump_json(value: Any, field: str) -> str:
         raise bad_request("invalid_field", f"{field}: {exc}") from exc
 
 
+def config_columns(config: dict[str, Any] | None, field: str) -> dict[str, str | None]:
+    """The config column and its parsed values (what `config.<path>` filters read), written
+    together by every writer of a run's config."""
+    try:
+        values = config_values(config)
+        parsed = None if values is None else orjson.dumps(values, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # a YAML value JSON cannot hold: the config is kept, not filterable
+        parsed = None
+    return {
+        "config": _json_or_null(config, field),
+        "config_values": None if parsed is None else parsed.decode(),
+    }
+
+
 def _run(row: RowMapping | dict[str, Any]) -> dict[str, Any]:
     out = dict(row)
+    out.pop("config_values", None)  # read by filters only; the run shows its config
     for name in JSON_COLUMNS:
         if out[name] is not None:
             out[name] = orjson.loads(out[name])
@@ -174,7 +192,7 @@ def create_run(
         "description": fields.get("description"),
         "environments": dump_json(fields.get("environments") or [], "environments"),
         "tags": dump_json(tags, "tags"),
-        "config": _json_or_null(fields.get("config"), "config"),
+        **config_columns(fields.get("config"), "config"),
         "training": _json_or_null(fields.get("training"), "training"),
         "status": RUNNING,
         "error": None,
@@ -244,28 +262,37 @@ def list_runs(
     before_seq: int | None,
     group: str | None = None,
     project: str | None = None,
+    query: RunQuery | None = None,
 ) -> list[dict[str, Any]]:
-    """Newest first; up to `limit` runs with seq below `before_seq`."""
-    query = select(runs).order_by(runs.c.seq.desc()).limit(limit)
+    """Newest first; up to `limit` runs with seq below `before_seq`. With a `query` (a filter,
+    sort and columns, store/run_query.py) in its order from its cursor; each run then carries
+    `sort_value` and `values` (the query's columns)."""
+    select_runs = select(runs)
     if team_id is not None:
-        query = query.where(runs.c.team_id == team_id)
+        select_runs = select_runs.where(runs.c.team_id == team_id)
     if only_run is not None:
-        query = query.where(runs.c.id == only_run)
+        select_runs = select_runs.where(runs.c.id == only_run)
     if kind:
-        query = query.where(runs.c.kind == kind)
+        select_runs = select_runs.where(runs.c.kind == kind)
     if status:
-        query = query.where(runs.c.status == status)
+        select_runs = select_runs.where(runs.c.status == status)
     if name:
-        query = query.where(runs.c.name.icontains(name, autoescape=True))
+        select_runs = select_runs.where(runs.c.name.icontains(name, autoescape=True))
     if tag:
-        query = query.where(runs.c.seq.in_(select(run_tags.c.run_seq).where(run_tags.c.tag == tag)))
+        select_runs = select_runs.where(
+            runs.c.seq.in_(select(run_tags.c.run_seq).where(run_tags.c.tag == tag))
+        )
     if group:
-        query = query.where(runs.c.group_name == group)
+        select_runs = select_runs.where(runs.c.group_name == group)
     if project:
-        query = query.where(runs.c.project == project)
+        select_runs = select_runs.where(runs.c.project == project)
+    if query is not None:
+        page = run_query.query_page(conn, select_runs, query, limit)
+        return [{**_run(row), "sort_value": key, "values": values} for row, key, values in page]
     if before_seq is not None:
-        query = query.where(runs.c.seq < before_seq)
-    return [_run(row) for row in conn.execute(query).mappings()]
+        select_runs = select_runs.where(runs.c.seq < before_seq)
+    page_query = select_runs.order_by(runs.c.seq.desc()).limit(limit)
+    return [_run(row) for row in conn.execute(page_query).mappings()]
 
 
 def patch_run(conn: Connection, seq: int, changes: dict[str, Any], now: float) -> None:
@@ -315,14 +342,14 @@ def _fill(conn: Connection, seq: int, fields: dict[str, Any]) -> None:
             where = [column.is_(None)]
         else:
             raise bad_request("invalid_field", f"fill: {name} cannot be filled in")
-        stored = value
+        stored: dict[str, Any] = {name: value}
         if name == "tags":
             value = _unique(value)
-        if name in JSON_COLUMNS:
-            stored = dump_json(value, name)
-        done = conn.execute(
-            update(runs).where(runs.c.seq == seq, *where).values({name: stored})
-        ).rowcount
+        if name == "config":
+            stored = config_columns(value, name)
+        elif name in JSON_COLUMNS:
+            stored = {name: dump_json(value, name)}
+        done = conn.execute(update(runs).where(runs.c.seq == seq, *where).values(stored)).rowcount
         if done and name == "tags":
             _set_tags(conn, seq, value)
 

@@ -176,6 +176,9 @@ runs = Table(
     # every change of status after creation, JSON [{status, by, at}] (migration 0011).
     Column("status_by", String(16)),
     Column("status_history", Text, nullable=False, server_default="[]"),
+    # The mapping the config file holds, parsed when it is written (JSON text; null for plain
+    # text or a file that does not parse): what `config.<path>` filters read (migration 0017).
+    Column("config_values", Text),
     UniqueConstraint("team_id", "create_key", name="uq_runs_team_create_key"),
     UniqueConstraint("team_id", "id", name="uq_runs_team_id"),
     Index("ix_runs_id", "id"),

@@ -10,8 +10,9 @@ in an upload's transaction:
     add_documents(conn, cursor, rows[-1]["seq"], docs)   # compare-and-set on the cursor
 
 A query is `rollouts.Query` (words, phrases, prefixes: all must match), narrowed to one run
-and filtered by stream, kind, step range, environment, outcome and reward range; hits come
-newest first (by seq) in keyset pages.
+(or a bounded set of runs: the cross-run search of routes/search_runs.py) and filtered by
+stream, kind, step range, environment, outcome and reward range; hits come newest first (by
+seq) in keyset pages.
 
 On SQLite the FTS5 table stores no text (`content=''`): the text is already in the
 segments, and snippets are cut from the records of a page of hits. Its `scope` column holds
@@ -23,9 +24,10 @@ text indexed there is cut at PG_TEXT_CHARS.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, func, select, text
+from sqlalchemy import Connection, bindparam, func, select, text
 
 from .schema import episodes, segments, server_meta
 from .sql import upsert
@@ -129,17 +131,23 @@ def add_documents(conn: Connection, expected: int, new: int, docs: list[Document
     return True
 
 
-def run_progress(conn: Connection, run_seq: int) -> dict[str, int]:
-    """{"pending": index rows of the run not yet searchable}."""
+def run_progress(conn: Connection, run_seq: int | Sequence[int]) -> dict[str, int]:
+    """{"pending": index rows of the run (or runs) not yet searchable}."""
     cursor = indexed_seq(conn)
+    runs = _runs_param(run_seq)
     if _postgres(conn):
         query = text(
-            "SELECT count(*) FROM episodes e WHERE e.run_seq = :run AND NOT EXISTS "
+            "SELECT count(*) FROM episodes e WHERE e.run_seq IN :runs AND NOT EXISTS "
             "(SELECT 1 FROM episode_search s WHERE s.seq = e.seq)"
-        )
-        return {"pending": conn.execute(query, {"run": run_seq}).scalar_one()}
-    query = text("SELECT count(*) FROM episodes WHERE run_seq = :run AND seq > :cursor")
-    return {"pending": conn.execute(query, {"run": run_seq, "cursor": cursor}).scalar_one()}
+        ).bindparams(runs)
+        return {"pending": conn.execute(query).scalar_one()}
+    query = text("SELECT count(*) FROM episodes WHERE run_seq IN :runs AND seq > :cursor")
+    return {"pending": conn.execute(query.bindparams(runs), {"cursor": cursor}).scalar_one()}
+
+
+def _runs_param(run_seq: int | Sequence[int]) -> Any:
+    seqs = [run_seq] if isinstance(run_seq, int) else list(run_seq)
+    return bindparam("runs", seqs, expanding=True)
 
 
 def locations(conn: Connection, run_seq: int, ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -165,7 +173,7 @@ def places(conn: Connection, seqs: list[int]) -> dict[int, dict[str, Any]]:
 
 def search(
     conn: Connection,
-    run_seq: int,
+    run_seq: int | Sequence[int],
     query: Query,
     *,
     stream: str,
@@ -179,14 +187,18 @@ def search(
     limit: int,
     before_seq: int | None,
 ) -> list[dict[str, Any]]:
-    """Up to `limit` hits (index rows plus `seq`), newest first, below `before_seq`."""
+    """Up to `limit` hits (index rows plus `seq` and `run_seq`), newest first, below
+    `before_seq`, in one run or several (a cross-run search, bounded by its caller)."""
+    run_seqs = [run_seq] if isinstance(run_seq, int) else list(run_seq)
+    if not run_seqs:
+        return []
     params: dict[str, Any] = {"limit": limit}
     where = []
     if step_min is not None or step_max is not None:
         # A step range is also a range of seqs (records of a step arrive together, give or
         # take late ones), which the full-text index can seek to instead of walking every
         # newer hit; the exact step test stays below.
-        span = _seq_span(conn, run_seq, stream, step_min, step_max)
+        span = _seq_span(conn, run_seqs, stream, step_min, step_max)
         if span is None:
             return []
         params["seq_lo"], params["seq_hi"] = span
@@ -203,11 +215,12 @@ def search(
             where.append(f"{column} {op} :{name}")
             params[name] = value
     columns = (
-        "e.seq, e.episode_id AS id, e.stream, e.step, e.reward, e.env, e.ok, e.tokens, e.duration"
+        "e.seq, e.run_seq, e.episode_id AS id, e.stream, e.step, e.reward, e.env, e.ok, "
+        "e.tokens, e.duration"
     )
     if _postgres(conn):
-        where += ["s.run_seq = :run", "s.stream = :stream", "s.doc @@ to_tsquery('simple', :q)"]
-        params.update(run=run_seq, stream=stream, q=_tsquery(query))
+        where += ["s.run_seq IN :runs", "s.stream = :stream", "s.doc @@ to_tsquery('simple', :q)"]
+        params.update(stream=stream, q=_tsquery(query))
         if kind is not None:
             where.append("s.kind = :kind")
             params["kind"] = kind
@@ -216,8 +229,10 @@ def search(
         if "seq_lo" in params:
             where.append("s.seq BETWEEN :seq_lo AND :seq_hi")
     else:
-        scope = [f"r{run_seq}", f"s{_token(stream)}"] + ([f"k{_token(kind)}"] if kind else [])
-        where.append("episode_search MATCH :q")
+        # The runs are index tokens of the scope column: one run, or any of several.
+        scope = ["(" + " OR ".join(f"r{seq}" for seq in run_seqs) + ")", f"s{_token(stream)}"]
+        scope += [f"k{_token(kind)}"] if kind else []
+        where += ["episode_search MATCH :q", "e.run_seq IN :runs"]
         params["q"] = " AND ".join(
             [f"scope : {t}" for t in scope] + [f"body : {p}" for p in _fts_phrases(query)]
         )
@@ -230,18 +245,19 @@ def search(
         params["before"] = before_seq
     conditions = " AND ".join(where)
     sql = f"SELECT {columns} FROM {source} WHERE {conditions} ORDER BY {key} DESC LIMIT :limit"
-    rows = [dict(r) for r in conn.execute(text(sql), params).mappings()]
+    statement = text(sql).bindparams(_runs_param(run_seqs))
+    rows = [dict(r) for r in conn.execute(statement, params).mappings()]
     for row in rows:  # a raw query: SQLite hands booleans back as integers
         row["ok"] = None if row["ok"] is None else bool(row["ok"])
     return rows
 
 
 def _seq_span(
-    conn: Connection, run_seq: int, stream: str, step_min: int | None, step_max: int | None
+    conn: Connection, run_seqs: list[int], stream: str, step_min: int | None, step_max: int | None
 ) -> tuple[int, int] | None:
-    """The lowest and highest seq of the run's records in the step range (None: no record)."""
+    """The lowest and highest seq of the runs' records in the step range (None: no record)."""
     query = select(func.min(_e.c.seq), func.max(_e.c.seq)).where(
-        _e.c.run_seq == run_seq, _e.c.stream == stream
+        _e.c.run_seq.in_(run_seqs), _e.c.stream == stream
     )
     if step_min is not None:
         query = query.where(_e.c.step >= step_min)

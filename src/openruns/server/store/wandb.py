@@ -164,7 +164,7 @@ def _store_config(conn: Connection, seq: int, config: ConfigUpdate, team_id: str
         conn.execute(
             update(runs_table)
             .where(runs_table.c.seq == seq)
-            .values(config=runs.dump_json(source, "config"))
+            .values(runs.config_columns(source, "config"))
         )
     known = [name for name, _ in metrics.run_keys(conn, seq)]
     axes = {**glob_step_metrics(config.globs, known), **config.step_metrics}
@@ -467,7 +467,7 @@ def set_config_file(conn: Connection, run_seq: int, text: str, now: float) -> No
     conn.execute(
         update(runs_table)
         .where(runs_table.c.seq == run_seq)
-        .values(config=runs.dump_json(source, "config"), updated_at=now)
+        .values(**runs.config_columns(source, "config"), updated_at=now)
     )
 
 

@@ -5,7 +5,8 @@
 // The columns are the reader's choice (the chooser lists 60 keys at most: a search box narrows
 // them, Enter adds the key typed), kept in this browser; until one is made, the keys most
 // visible runs share, rewards first, then losses, then accuracy-like scores. Rows can be grouped
-// (by the runs' project, group, kind, model or status). Live: the page is re-read every POLL_MS, and the
+// (by the runs' project, group, kind, model or status). A filter expression and a sort (the
+// server's language: config, summary and latest metric values) live in the URL with the rest. Live: the page is re-read every POLL_MS, and the
 // metrics of runs that are still running every METRICS_MS.
 
 import {
@@ -58,12 +59,16 @@ function filters() {
     tag: el("f-tag").value.trim(),
     group: el("f-group").value.trim(),
     project: el("f-project").value.trim(),
+    filter: el("f-filter").value.trim(),
+    sort: el("f-sort").value.trim(),
   };
 }
 
 function readUrl() {
   const params = new URLSearchParams(location.search);
-  for (const name of ["name", "status", "kind", "tag", "group", "project"]) el(`f-${name}`).value = params.get(name) || "";
+  for (const name of ["name", "status", "kind", "tag", "group", "project", "filter", "sort"]) {
+    el(`f-${name}`).value = params.get(name) || "";
+  }
 }
 
 function writeUrl() {
@@ -219,13 +224,36 @@ function saveColumns(changes) {
   render();
 }
 
+// The filter box (issue 22): an expression (and a sort) the server parses; its 400 names the
+// token and position, shown under the box.
+const QUERY_ERRORS = new Set(["invalid_filter", "invalid_sort", "invalid_cursor"]);
+function showQueryError(message) {
+  const box = el("filter-error");
+  box.textContent = message;
+  box.hidden = !message;
+  for (const id of ["f-filter", "f-sort"]) el(id).toggleAttribute("aria-invalid", Boolean(message));
+}
+
 // The table shows the newest read of the page (a filter or page change begins one, a poll
 // joins): a poll's answer for the filters before cannot replace it (issue 24).
 const pageView = new View();
 
 async function loadPage(read = pageView.begin()) {
   const cursor = state.cursors[state.cursors.length - 1];
-  const body = await api("/runs", { ...filters(), limit: PAGE, cursor }, { read });
+  let body;
+  try {
+    body = await api("/runs", { ...filters(), limit: PAGE, cursor }, { read });
+  } catch (error) {
+    if (!QUERY_ERRORS.has(error.code)) throw error;
+    // A filter or sort that does not parse: the server's message under the box, no rows.
+    if (!read.current()) return;
+    showQueryError(error.message);
+    state.runs = [];
+    state.next = null;
+    render();
+    return;
+  }
+  showQueryError("");
   state.runs = body.items;
   state.next = body.next_cursor;
   if (!document.getElementById("columns").contains(document.activeElement)) render();
@@ -287,6 +315,8 @@ function setUp() {
   el("filters").addEventListener("submit", (e) => e.preventDefault());
   for (const id of ["f-name", "f-tag", "f-group", "f-project"]) el(id).addEventListener("input", onFilter);
   for (const id of ["f-status", "f-kind"]) el(id).addEventListener("change", onFilter);
+  // An expression applies when it is committed (Enter, leaving the box), not at each keystroke.
+  for (const id of ["f-filter", "f-sort"]) el(id).addEventListener("change", onFilter);
   el("group-by").addEventListener("change", () => {
     state.groupBy = el("group-by").value;
     prefs.set("runs.groupBy", state.groupBy);
