@@ -145,7 +145,13 @@ class Database:
 
     def _submit(self, kind: str, fn: Callable[[Connection], T]) -> Future[T]:
         pool = self._write_pool if kind == "write" else self._read_pool
-        return pool.submit(self._call, kind, fn)
+        try:
+            return pool.submit(self._call, kind, fn)
+        except RuntimeError:  # the store was closed, or the interpreter is exiting
+            raise overloaded(
+                "the server is shutting down: its database connections are closed",
+                code="shutting_down",
+            ) from None
 
     async def _wait(self, kind: str, fn: Callable[[Connection], T]) -> T:
         """fn's result; 503 when no connection came free within pool_timeout. A call that has
