@@ -31,7 +31,7 @@ from ..state import ServerState
 from ..store.metrics import MAX_STEP
 from .deps import Caller, State, decode_cursor, encode_cursor, readable_run
 
-__all__ = ["MAX_HITS", "SearchHit", "Step", "Stream", "record_texts", "router"]
+__all__ = ["MAX_HITS", "SearchHit", "Step", "Stream", "hits_page", "record_texts", "router"]
 
 router = APIRouter(tags=["rollouts"])
 
@@ -121,13 +121,9 @@ async def search(
         limit=limit + 1,
         before_seq=after[0] if after else None,
     )
-    next_cursor = encode_cursor([hits[limit - 1]["seq"]]) if len(hits) > limit else None
-    hits = hits[:limit]
-    found = await state.store.places([h["seq"] for h in hits])
-    texts = await run_in_threadpool(record_texts, state, [found.get(h["seq"]) for h in hits])
-    for hit, text in zip(hits, texts, strict=True):
-        del hit["seq"], hit["run_seq"]
-        hit["snippets"] = snippets(text, query)
+    hits, next_cursor = await hits_page(state, hits, limit, query)
+    for hit in hits:
+        del hit["run_seq"]
     progress = await state.store.search_progress(run["seq"])
     return JSON({"items": hits, "next_cursor": next_cursor, **progress})
 
@@ -210,6 +206,21 @@ async def timeline(
 
 
 # -- reading records ------------------------------------------------------------------------
+
+
+async def hits_page(
+    state: ServerState, hits: list[dict[str, Any]], limit: int, query: SearchQuery
+) -> tuple[list[dict[str, Any]], str | None]:
+    """A page of search hits from the `limit + 1` asked for, and the cursor past it: each hit
+    with the snippets of its record's text, `seq` dropped (its `run_seq` is the caller's)."""
+    next_cursor = encode_cursor([hits[limit - 1]["seq"]]) if len(hits) > limit else None
+    hits = hits[:limit]
+    found = await state.store.places([h["seq"] for h in hits])
+    texts = await run_in_threadpool(record_texts, state, [found.get(h["seq"]) for h in hits])
+    for hit, text in zip(hits, texts, strict=True):
+        del hit["seq"]
+        hit["snippets"] = snippets(text, query)
+    return hits, next_cursor
 
 
 def _location(row: dict[str, Any]) -> Location:

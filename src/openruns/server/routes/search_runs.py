@@ -16,17 +16,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
-from starlette.concurrency import run_in_threadpool
 
 from ..errors import bad_request
 from ..handlers import JSON
 from ..queries.language import MAX_FILTER_CHARS, FilterError, parse_filter
 from ..rollouts import Query as SearchQuery
-from ..rollouts import snippets
 from ..store import search as search_store
 from ..store.run_query import RunQuery
-from .deps import Caller, State, decode_cursor, encode_cursor
-from .rollouts import MAX_HITS, SearchHit, Step, Stream, record_texts
+from .deps import Caller, State, decode_cursor
+from .rollouts import MAX_HITS, SearchHit, Step, Stream, hits_page
 
 __all__ = ["MAX_SEARCH_RUNS", "router"]
 
@@ -117,14 +115,9 @@ async def search_runs(
         limit=limit + 1,
         before_seq=after[0] if after else None,
     )
-    next_cursor = encode_cursor([hits[limit - 1]["seq"]]) if len(hits) > limit else None
-    hits = hits[:limit]
-    found = await state.store.places([h["seq"] for h in hits])
-    texts = await run_in_threadpool(record_texts, state, [found.get(h["seq"]) for h in hits])
-    for hit, text in zip(hits, texts, strict=True):
+    hits, next_cursor = await hits_page(state, hits, limit, query)
+    for hit in hits:
         hit["run"] = names[hit.pop("run_seq")]
-        del hit["seq"]
-        hit["snippets"] = snippets(text, query)
     progress = (
         await state.store.read(search_store.run_progress, sorted(names))
         if names
