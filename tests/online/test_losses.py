@@ -152,13 +152,16 @@ def test_acknowledged_batches_leave_the_spool(server_process, tmp_path):
 
 @pytest.mark.slow
 def test_a_server_restart_does_not_crash_runs_for_its_own_downtime(server_process):
-    proc = server_process("--heartbeat-timeout", "3").start()
+    # The timeout must outlast the restarted server's own start (its grace counts from when its
+    # store opened, and the first read comes after the rest of its start-up): 10 s holds at load
+    # 40 on two cores, where 3 s did not.
+    proc = server_process("--heartbeat-timeout", "10").start()
     api = httpx.Client(base_url=proc.url + "/api/v1", timeout=30)
     try:
         run_id = api.post("/runs", json={"kind": "train"}).json()["id"]
         api.post(f"/runs/{run_id}/heartbeat").raise_for_status()
         proc.kill()
-        time.sleep(4)  # longer than the timeout, while nobody could heartbeat
+        time.sleep(11)  # longer than the timeout, while nobody could heartbeat
         proc.start()
         assert api.get(f"/runs/{run_id}").json()["status"] == "running"
         deadline = time.monotonic() + patience.SETTLE
