@@ -148,14 +148,19 @@ def run_file(script: Path, tmp_path: Path, base_url: str, **extra: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-# A run that logs until it is stopped (a signal, a stop request); it says `ready` once open.
+# A run that logs until it is stopped (a signal, a stop request); it says `ready` once open. It
+# ends by itself only after 10 minutes, longer than the tests wait (3000 steps of 20 ms ended it
+# after a minute, before a stop clicked on a slow page at load 40 reached it).
 LOOP = """
 import sys, time, wandb
 run = wandb.init(project=sys.argv[2] if len(sys.argv) > 2 else "loops", id=sys.argv[1])
 run.log({"loss": 1.0})
 print("ready", flush=True)
-for i in range(3000):
+end = time.monotonic() + 600
+i = 0
+while time.monotonic() < end:
     run.log({"i": i})
+    i += 1
     time.sleep(0.02)
 run.finish()
 """
