@@ -78,38 +78,60 @@ def run_script(
 def start_script(
     tmp_path: Path, code: str, base_url: str, *args: str, **extra: str
 ) -> subprocess.Popen[str]:
-    """Start `code` (it prints `ready` once its run is open); the caller waits for it."""
+    """Start `code` (it prints `ready` once its run is open); the caller waits for it. Its
+    output goes to a file, not a pipe: nobody reads a pipe while the test waits, and a script
+    whose SDK printed a page of retry warnings under load blocked in write() with a full pipe,
+    where no stop could interrupt it."""
     script = write_script(tmp_path, code, f"script-{time.monotonic_ns()}.py")
-    return subprocess.Popen(
-        [sys.executable, "-u", str(script), *args],
-        env=wandb_env(tmp_path, base_url, **extra),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=tmp_path,
-    )
+    with open(script.with_suffix(".out"), "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-u", str(script), *args],
+            env=wandb_env(tmp_path, base_url, **extra),
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=tmp_path,
+        )
+    proc.output_path = script.with_suffix(".out")  # type: ignore[attr-defined]
+    return proc
+
+
+def output_of(proc: subprocess.Popen[str]) -> str:
+    """What the script started by start_script has printed so far."""
+    return proc.output_path.read_text(errors="replace")  # type: ignore[attr-defined]
 
 
 def end(proc: subprocess.Popen[str]) -> str:
-    """Kill the script if it still runs, and read (and close) its output."""
+    """Kill the script if it still runs, and read its output."""
     proc.kill()
-    return proc.communicate(timeout=SCRIPT_TIMEOUT)[0] or ""
+    proc.communicate(timeout=SCRIPT_TIMEOUT)
+    return output_of(proc)
+
+
+def wait_exit(proc: subprocess.Popen[str], tmp_path: Path) -> int:
+    """The script's exit code; if it runs past SCRIPT_TIMEOUT, a failure with its output and
+    the end of its SDK's own log (what wandb-core sent and was answered)."""
+    try:
+        return proc.wait(SCRIPT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        logs = sorted(tmp_path.glob("wandb/run-*/logs/debug-internal.log"))
+        tail = "\n".join(logs[-1].read_text().splitlines()[-40:]) if logs else "(no SDK log)"
+        raise AssertionError(
+            f"the script still ran after {SCRIPT_TIMEOUT} s\n{output_of(proc)[-4000:]}\n{tail}"
+        ) from None
 
 
 def wait_ready(proc: subprocess.Popen[str], timeout: float = SCRIPT_TIMEOUT) -> None:
-    """Read the script's output until it says `ready` (it failed if it exits first)."""
-    assert proc.stdout is not None
+    """Wait until the script says `ready` (it failed if it exits first)."""
     deadline = time.monotonic() + timeout
-    seen = []
     while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
-            break
-        seen.append(line)
-        if line.strip() == "ready":
+        if "ready" in (line.strip() for line in output_of(proc).splitlines()):
             return
-    raise AssertionError(f"the script never said ready: {''.join(seen)}")
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    raise AssertionError(f"the script never said ready: {output_of(proc)}")
 
 
 def api(server, path: str):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import SCRIPT_TIMEOUT, api, run_script, start_script, wandb_env
+from .helpers import SCRIPT_TIMEOUT, api, run_script, start_script, wait_ready, wandb_env
 
 
 def new_id() -> str:
@@ -123,8 +123,7 @@ def test_two_processes_in_shared_mode_write_one_run_each_labelled(client, server
     run_id = new_id()
     primary = start_script(tmp_path, SHARED, server.url, run_id, "trainer", "primary")
     try:
-        assert primary.stdout is not None
-        assert primary.stdout.readline().strip() == "ready"
+        wait_ready(primary)
         worker_dir = tmp_path / "worker"  # another process, with its own W&B directory
         worker_dir.mkdir()
         worker = run_script(worker_dir, SHARED, server.url, run_id, "worker", "secondary")

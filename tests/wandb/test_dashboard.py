@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import expect
 
 from ..browser import own_page
-from .helpers import LOOP, SCRIPT_TIMEOUT, end, run_script, start_script, wait_ready
+from .helpers import LOOP, end, run_script, start_script, wait_exit, wait_ready
 
 SCRIPT = """
 import sys, wandb
@@ -83,7 +83,7 @@ def test_the_stop_button_reaches_the_sdk_and_the_run_ends_cancelled(page, server
         page.goto(f"/runs/{run_id}")
         page.click("#stop-run")
         expect(page.locator("#stop-requested")).to_be_visible()
-        proc.wait(SCRIPT_TIMEOUT)  # the SDK polls its stop status every 15 s
+        wait_exit(proc, tmp_path)  # the SDK polls its stop status every 15 s
     finally:
         output = end(proc)
     assert "KeyboardInterrupt" in output

@@ -17,7 +17,16 @@ import pytest
 from openruns.api import Client
 from tests.server.helpers import ServerProcess
 
-from .helpers import LOOP, SCRIPT_TIMEOUT, end, poll, run_script, start_script, wait_ready
+from .helpers import (
+    LOOP,
+    SCRIPT_TIMEOUT,
+    end,
+    poll,
+    run_script,
+    start_script,
+    wait_exit,
+    wait_ready,
+)
 
 
 def new_id() -> str:
@@ -90,7 +99,7 @@ def test_a_dashboard_stop_reaches_the_sdk_and_cancels_the_run(client, server, tm
         assert answer.status_code == 200, answer.text
         assert answer.json()["stop_requested_at"] is not None
         # The SDK polls its stop status every 15 s, then interrupts the script's main thread.
-        proc.wait(SCRIPT_TIMEOUT)
+        wait_exit(proc, tmp_path)
     finally:
         output = end(proc)
     assert proc.returncode != 0 and "KeyboardInterrupt" in output
