@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 
 from .. import patience
+from ..procs import default_signals
 
 ROOT = Path(__file__).resolve().parents[2]
 ANY_KEY = "0" * 40  # any key on loopback without auth: the SDK wants 40 characters
@@ -64,6 +65,7 @@ def run_script(
     script = write_script(tmp_path, code, f"script-{time.monotonic_ns()}.py")
     done = subprocess.run(
         [sys.executable, str(script), *args],
+        preexec_fn=default_signals,
         env=wandb_env(tmp_path, base_url, api_key, **extra),
         capture_output=True,
         text=True,
@@ -79,13 +81,15 @@ def start_script(
     tmp_path: Path, code: str, base_url: str, *args: str, **extra: str
 ) -> subprocess.Popen[str]:
     """Start `code` (it prints `ready` once its run is open); the caller waits for it. Its
-    output goes to a file, not a pipe: nobody reads a pipe while the test waits, and a script
-    whose SDK printed a page of retry warnings under load blocked in write() with a full pipe,
-    where no stop could interrupt it."""
+    output goes to a file, not a pipe nobody reads while the test waits (a script that prints
+    more than a pipe holds would block in write()). It starts with SIGINT at its default, as
+    every script here does (procs.default_signals): a stop from the dashboard reaches a W&B
+    script as a simulated SIGINT, which does nothing where the runner inherited it ignored."""
     script = write_script(tmp_path, code, f"script-{time.monotonic_ns()}.py")
     with open(script.with_suffix(".out"), "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-u", str(script), *args],
+            preexec_fn=default_signals,
             env=wandb_env(tmp_path, base_url, **extra),
             stdin=subprocess.PIPE,
             stdout=out,
@@ -158,6 +162,7 @@ def run_file(script: Path, tmp_path: Path, base_url: str, **extra: str) -> dict:
     imports and calls take longer than a scenario's)."""
     done = subprocess.run(
         [sys.executable, str(script)],
+        preexec_fn=default_signals,
         env=wandb_env(tmp_path, base_url, HF_HUB_OFFLINE="1", OUT=str(tmp_path / "out"), **extra),
         capture_output=True,
         text=True,
@@ -172,7 +177,7 @@ def run_file(script: Path, tmp_path: Path, base_url: str, **extra: str) -> dict:
 
 # A run that logs until it is stopped (a signal, a stop request); it says `ready` once open. It
 # ends by itself only after 10 minutes, longer than the tests wait (3000 steps of 20 ms ended it
-# after a minute, before a stop clicked on a slow page at load 40 reached it).
+# after a minute: a stop that never came then read as a completed run, not as the stop missed).
 LOOP = """
 import sys, time, wandb
 run = wandb.init(project=sys.argv[2] if len(sys.argv) > 2 else "loops", id=sys.argv[1])
