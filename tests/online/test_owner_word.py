@@ -91,8 +91,9 @@ def test_at_sixty_percent_faults_the_run_names_what_waits_in_the_spool(
     assert (run.dropped_records, run.failed_records) == (0, {}), run.errors
     doc = get(server.url, f"/runs/{run.id}")
     assert (doc["status"], doc["status_by"]) == ("completed", "owner"), doc
-    # What the server has not got is named on the run until sync, and where it waits.
-    assert doc["losses"]["spooled_records"] == run.spooled_records
+    # What the server has not got is named on the run until sync, and where it waits. (Under
+    # load the drain can deliver everything before the budget ends: then nothing is named.)
+    assert doc["losses"].get("spooled_records", 0) == run.spooled_records
     if run.spooled_records:
         spool = {"host": socket.gethostname(), "dir": str(run.dir)}
         assert doc["losses"]["spool"] == spool
@@ -101,7 +102,7 @@ def test_at_sixty_percent_faults_the_run_names_what_waits_in_the_spool(
 
     synced(server.url, run.dir)
     assert len(all_episodes(server.url, run.id)) == 150
-    assert get(server.url, f"/runs/{run.id}")["losses"]["spooled_records"] == 0
+    assert get(server.url, f"/runs/{run.id}")["losses"].get("spooled_records", 0) == 0
 
 
 FINISHER = """
