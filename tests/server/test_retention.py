@@ -18,11 +18,13 @@ from typing import Any
 
 import httpx
 import orjson
+from sqlalchemy import update
 
 from openruns.cli import main as openruns_main
 from openruns.server.retention.reduce import run_pass
 from openruns.server.retention.rules import EpisodeRow, RetentionRule, sample
 from openruns.server.store import retention as retention_sql
+from openruns.server.store.schema import run_retention
 
 from .. import patience
 from .helpers import SRC, api, create_run, episode, ndjson, upload
@@ -292,3 +294,40 @@ def test_a_too_short_interval_is_refused_in_one_line(tmp_path, capsys):
     status = openruns_main(["server", "--data-dir", str(tmp_path), "--retention-interval", "5"])
     err = capsys.readouterr().err
     assert status == 2 and "at least 60 s" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_live_claim_is_left_alone_and_a_stale_one_taken_up(make_server, new_stores):
+    """A pass another replica holds is skipped; one whose server stopped (its claim older
+    than the lease) is finished by the next pass."""
+    stores = new_stores()
+    server = make_server(stores)
+    with api(server.url) as http:
+        rid = seed(http, "p")
+        want = expected_sample(http, rid, 4)
+        ids = held(http, rid)
+    seq = seq_of(stores, rid)
+    rules = [RetentionRule(1.0, 4)]
+    store = stores.open_store()
+    try:
+        assert store.db.write_sync(retention_sql.claim, seq, rules[0].describe(), time.time())
+    finally:
+        store.close()
+    assert reduce(stores, rules, time.time() + 2 * DAY) == []
+    with api(server.url) as http:
+        assert held(http, rid) == ids
+        assert http.get(f"/runs/{rid}/retention").json()["reduced"] is False
+
+    stale = time.time() - retention_sql.CLAIM_LEASE - 1
+    store = stores.open_store()
+    try:
+        store.db.write_sync(
+            lambda conn: conn.execute(
+                update(run_retention).where(run_retention.c.run_seq == seq).values(claimed_at=stale)
+            )
+        )
+    finally:
+        store.close()
+    assert [r["id"] for r in reduce(stores, rules, time.time() + 2 * DAY)] == [rid]
+    with api(server.url) as http:
+        assert held(http, rid) == want
+        assert http.get(f"/runs/{rid}/retention").json()["reduced"] is True
