@@ -61,10 +61,10 @@ def seed(root: Path, count: int) -> None:
     blobs = open_blobs(str(root / "blobs"))
     rng = random.Random(22)
     try:
+        # The other run is in a project no rule names (the sweeper may crash it meanwhile).
         for run_id, n_episodes in (("big", count), ("other", 1000)):
-            run, _ = store.db.write_sync(
-                create_run, "default", {"id": run_id, "kind": "train"}, None, time.time()
-            )
+            fields = {"id": run_id, "kind": "train", "project": run_id}
+            run, _ = store.db.write_sync(create_run, "default", fields, None, time.time())
             seq = run["seq"]
             per = max(1, n_episodes // STEPS)
             for step in range(STEPS):
@@ -132,7 +132,7 @@ def measure(root: Path) -> None:
         phase[0] = "during"
         load = os.getloadavg()
         started = time.perf_counter()
-        rules = [RetentionRule(1.0, KEEP)]
+        rules = [RetentionRule(1.0, KEEP, project="big")]
         reports = asyncio.run(run_pass(store, blobs, rules, as_of=time.time() + 2 * 86400))
         took = time.perf_counter() - started
         stop.set()
