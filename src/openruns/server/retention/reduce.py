@@ -63,7 +63,7 @@ class SegmentPlan:
     blob_key: str
     bytes: int
     keep: list[int] = field(default_factory=list)
-    drop: int = 0
+    drop: list[int] = field(default_factory=list)
     drop_length: int = 0  # decompressed bytes of the dropped records
     length: int = 0  # of all its indexed records
 
@@ -203,7 +203,7 @@ async def _plan(store: Store, run: dict[str, Any], rule: RetentionRule, slice_ro
         if row.seq in kept:
             plan.keep.append(row.seq)
         else:
-            plan.drop += 1
+            plan.drop.append(row.seq)
             plan.drop_length += length
     dropping = [plans[i] for i in sorted(plans) if plans[i].drop]
     return Plan(run, rule, len(rows), len(kept), dropping)
@@ -256,11 +256,11 @@ async def _reduce_segment(
             if new_id is None:  # no row names the new blob
                 await asyncio.to_thread(delete_blobs, blobs, [new_key])
             raise
-    while not (
-        await store.write(sql.drop_rows, run_seq, segment.id, slice_rows, time.time())
-    ).finished:
-        pass
-    return await store.write(sql.retire_segment, run_seq, segment.id, new_bytes, time.time())
+    for i in range(0, len(segment.drop), slice_rows):
+        chunk = segment.drop[i : i + slice_rows]
+        await store.write(sql.drop_rows, run_seq, segment.id, chunk, time.time())
+    every = segment.keep + segment.drop
+    return await store.write(sql.retire_segment, run_seq, segment.id, every, new_bytes, time.time())
 
 
 def _repack(blobs: BlobStore, places: list[dict[str, Any]]) -> Segment:

@@ -8,18 +8,20 @@ slices that rewrite or drop a segment's episodes. server/retention/reduce.py seq
         ...for a segment keeping some: its kept records packed into a new blob...
         new_id = move_rows(conn, run_seq, old_id, None, segment, moves, now)   # first slice
         move_rows(conn, run_seq, old_id, new_id, None, moves, now)             # the others
-        while not drop_rows(conn, run_seq, old_id, limit, now).finished: ...
-        retire_segment(conn, run_seq, old_id, new_bytes, now)    # its blob is deleted after
+        drop_rows(conn, run_seq, old_id, dropped_seqs, now)                    # a slice each
+        retire_segment(conn, run_seq, old_id, all_its_seqs, new_bytes, now)   # then its blob
         finish(conn, run_seq, now)
 
-Each function is one transaction of at most `limit` episode rows, under the run's write lock
+Rows are named by seq (the primary key; the episodes table has no index by segment, and a
+segment's rows are all in the plan: rows are only added with their segment). Each function is
+one transaction of at most SLICE_ROWS episode rows, under the run's write lock
 (sql.lock_run: a run deleted meanwhile is a 404, which ends its pass). A kept row is moved to
 the new segment by a compare-and-set on its old segment, so every row points at a blob that
 exists at every commit: readers of the run go on throughout, and see a record either at its
 old place or its new one (the old blob is deleted only after the run's pass; crash between:
-`openruns server check --remove-unreferenced`). Once a segment's kept rows are moved, every
-row left on it is dropped, with its subsets, its annotations (when no stream of the run holds
-the id any more) and its search entries (PostgreSQL; SQLite's contentless FTS5 keeps dead
+`openruns server check --remove-unreferenced`). Once a segment's kept rows are moved, the
+others are dropped, with their subsets, their annotations (when no stream of the run holds
+the id any more) and their search entries (PostgreSQL; SQLite's contentless FTS5 keeps dead
 postings that join no row, as for deleted runs: store/deletion.py).
 
 A claim is a row of `run_retention`; a pass renews `claimed_at` with every slice, and one
@@ -29,11 +31,10 @@ counts dropped add up over passes; kept counts are those after the last one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, and_, bindparam, delete, func, insert, select, text, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, text, update
 
 from ...spec import RunStatus
 from .schema import annotations_table, episode_subsets, episodes, run_retention, runs, segments
@@ -42,8 +43,8 @@ from .sql import lock_run
 __all__ = [
     "CLAIM_LEASE",
     "SLICE_ROWS",
-    "Dropped",
     "claim",
+    "drop_rows",
     "due_runs",
     "finish",
     "index_page",
@@ -214,38 +215,28 @@ def move_rows(
     return new_segment
 
 
-@dataclass
-class Dropped:
-    """What one slice of `drop_rows` removed."""
-
-    episodes: int
-    finished: bool  # no row is left on the segment
-
-
-def drop_rows(conn: Connection, run_seq: int, segment_id: int, limit: int, now: float) -> Dropped:
-    """Remove up to `limit` of the index rows left on `segment_id` (its kept rows moved off
-    first), with their subsets, their search entries, and the annotations of ids no stream of
-    the run holds any more."""
+def drop_rows(conn: Connection, run_seq: int, segment_id: int, seqs: list[int], now: float) -> int:
+    """Remove the index rows `seqs` still on `segment_id` (by primary key: the episodes table
+    has no index by segment), with their subsets, their search entries, and the annotations of
+    ids no stream of the run holds any more; how many went."""
     lock_run(conn, run_seq)
-    rows = conn.execute(
-        select(_e.c.seq, _e.c.stream, _e.c.episode_id)
-        .where(_e.c.segment_id == segment_id)
-        .order_by(_e.c.seq)
-        .limit(limit)
-    ).all()
-    if not rows:
-        return Dropped(0, True)
-    last = rows[-1][0]
-    where = and_(_e.c.segment_id == segment_id, _e.c.seq <= last)
-    if conn.dialect.name == "postgresql":
-        conn.execute(
-            text(
-                "DELETE FROM episode_search WHERE seq IN "
-                "(SELECT seq FROM episodes WHERE segment_id = :segment AND seq <= :last)"
-            ),
-            {"segment": segment_id, "last": last},
+    rows: list[tuple[int, str, str]] = []
+    for i in range(0, len(seqs), _IN_CHUNK):
+        query = select(_e.c.seq, _e.c.stream, _e.c.episode_id).where(
+            _e.c.seq.in_(seqs[i : i + _IN_CHUNK]), _e.c.segment_id == segment_id
         )
-    removed = conn.execute(delete(_e).where(where)).rowcount
+        rows.extend((seq, stream, episode_id) for seq, stream, episode_id in conn.execute(query))
+    found = [seq for seq, _, _ in rows]
+    removed = 0
+    for i in range(0, len(found), _IN_CHUNK):
+        chunk = found[i : i + _IN_CHUNK]
+        if conn.dialect.name == "postgresql":
+            conn.execute(
+                text("DELETE FROM episode_search WHERE seq IN :seqs").bindparams(
+                    bindparam("seqs", chunk, expanding=True)
+                )
+            )
+        removed += conn.execute(delete(_e).where(_e.c.seq.in_(chunk))).rowcount
     by_stream: dict[str, list[str]] = {}
     for _, stream, episode_id in rows:
         by_stream.setdefault(stream, []).append(episode_id)
@@ -264,7 +255,7 @@ def drop_rows(conn: Connection, run_seq: int, segment_id: int, limit: int, now: 
         .where(_r.c.run_seq == run_seq)
         .values(episodes_dropped=_r.c.episodes_dropped + removed, claimed_at=now)
     )
-    return Dropped(removed, len(rows) < limit)
+    return removed
 
 
 def _drop_annotations(conn: Connection, run_seq: int, ids: list[str]) -> None:
@@ -287,15 +278,28 @@ def _drop_annotations(conn: Connection, run_seq: int, ids: list[str]) -> None:
 
 
 def retire_segment(
-    conn: Connection, run_seq: int, segment_id: int, new_bytes: int | None, now: float
+    conn: Connection,
+    run_seq: int,
+    segment_id: int,
+    seqs: list[int],
+    new_bytes: int | None,
+    now: float,
 ) -> bool:
-    """Remove the segment's row once no index row points at it, counting it rewritten (its
-    kept records are in a new blob of `new_bytes`) or deleted (None: nothing kept); False
-    when rows still point at it (then the row and its blob stay)."""
+    """Remove the segment's row once none of its index rows `seqs` (every row it had: rows
+    are only ever added with their segment) points at it, counting it rewritten (its kept
+    records are in a new blob of `new_bytes`) or deleted (None: nothing kept); False when
+    some still do (then the row and its blob stay)."""
     lock_run(conn, run_seq)
-    left = conn.execute(select(_e.c.seq).where(_e.c.segment_id == segment_id).limit(1)).first()
+    for i in range(0, len(seqs), _IN_CHUNK):
+        left = conn.execute(
+            select(_e.c.seq)
+            .where(_e.c.seq.in_(seqs[i : i + _IN_CHUNK]), _e.c.segment_id == segment_id)
+            .limit(1)
+        ).first()
+        if left is not None:
+            return False
     old = conn.execute(select(segments.c.bytes).where(segments.c.id == segment_id)).scalar()
-    if left is not None or old is None:
+    if old is None:
         return False
     conn.execute(delete(segments).where(segments.c.id == segment_id))
     counts: dict[str, Any] = {"bytes_dropped": _r.c.bytes_dropped + (int(old) - (new_bytes or 0))}
