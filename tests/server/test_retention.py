@@ -298,7 +298,7 @@ def test_a_too_short_interval_is_refused_in_one_line(tmp_path, capsys):
 
 def test_a_live_claim_is_left_alone_and_a_stale_one_taken_up(make_server, new_stores):
     """A pass another replica holds is skipped; one whose server stopped (its claim older
-    than the lease) is finished by the next pass."""
+    than the lease) is finished by the next pass; a deleted run's record goes with it."""
     stores = new_stores()
     server = make_server(stores)
     with api(server.url) as http:
@@ -331,3 +331,10 @@ def test_a_live_claim_is_left_alone_and_a_stale_one_taken_up(make_server, new_st
     with api(server.url) as http:
         assert held(http, rid) == want
         assert http.get(f"/runs/{rid}/retention").json()["reduced"] is True
+        # Deleting the run removes its record with the rest.
+        assert http.delete(f"/runs/{rid}").status_code == 200
+    store = stores.open_store()
+    try:
+        assert store.db.read_sync(retention_sql.record, seq) is None
+    finally:
+        store.close()
