@@ -20,6 +20,7 @@ import httpx
 import orjson
 from sqlalchemy import update
 
+from openruns.api import Client
 from openruns.cli import main as openruns_main
 from openruns.server.retention.reduce import run_pass
 from openruns.server.retention.rules import EpisodeRow, RetentionRule, sample
@@ -245,6 +246,10 @@ def test_the_server_reduces_old_runs_by_itself(make_server, new_stores):
             assert time.monotonic() < deadline, "the periodic pass did not reduce the run"
             time.sleep(0.2)
         assert len(index(http, rid)) == STEPS * 2 * 2  # (train, eval) x steps, 2 each
+    with Client(server.url) as reader:  # the read client says it too
+        facts = reader.retention(rid)
+    assert facts["reduced"] is True and facts["rule"]["keep_per_step"] == 2
+    assert facts["episodes_kept"] == STEPS * 2 * 2 + 2  # and the traces' one group
 
 
 def _command(stores, *flags: str) -> subprocess.CompletedProcess[str]:
