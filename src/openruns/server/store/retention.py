@@ -3,7 +3,7 @@ Retention's SQL (issue 22): the runs due, the claim on a run, the index it plans
 slices that rewrite or drop a segment's episodes. server/retention/reduce.py sequences them:
 
     runs = due_runs(conn, ended_before, after_seq, limit)       # ended runs, with their record
-    if claim(conn, run_seq, rule, keep, now):                     # one replica reduces a run
+    if claim(conn, run_seq, rule, now):                           # one replica reduces a run
         rows = index_page(conn, run_seq, after_seq, limit)        # plan: the sample keeps some
         ...for a segment keeping some: its kept records packed into a new blob...
         new_id = move_rows(conn, run_seq, old_id, None, segment, moves, now)   # first slice
@@ -26,7 +26,10 @@ postings that join no row, as for deleted runs: store/deletion.py).
 
 A claim is a row of `run_retention`; a pass renews `claimed_at` with every slice, and one
 silent for CLAIM_LEASE (its server stopped) is taken up by any replica's next pass. The
-counts dropped add up over passes; kept counts are those after the last one.
+counts dropped add up over passes; kept counts are those after the last one. (A pass taken
+up after a crash between a segment's moves and its drops finds the old segment holding only
+rows to drop, and counts all its bytes as dropped: `bytes_dropped` may then exceed what went
+by the kept records' share of that one segment; `bytes_kept` is always measured.)
 """
 
 from __future__ import annotations
