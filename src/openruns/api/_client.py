@@ -310,6 +310,12 @@ class Client:
         body = self._get(f"{_run_path(run_id)}/logs", {"limit": 1, "tail": "true"})
         return dict(body["totals"])
 
+    def retention(self, run_id: str) -> dict[str, Any]:
+        """What the server's retention policy did to a run (issue 22): `reduced`, and once a
+        pass reduced it the `rule`, `reduced_at`, `episodes_kept`, `bytes_kept`,
+        `episodes_dropped`, `bytes_dropped` (docs/server.md, Retention)."""
+        return dict(self._get(f"{_run_path(run_id)}/retention"))
+
     def search(
         self,
         run_id: str,

@@ -4,7 +4,8 @@ The ASGI application.
     app = create_app(ServerSettings(data_dir=Path("data")))
 
 `create_app` assembles small parts: the lifespan (open the store, run the crash sweeper, the
-search indexer, the purge of deleted runs, the alert evaluator and deliverer (alerts/), close),
+search indexer, the purge of deleted runs, the alert evaluator and deliverer (alerts/), the
+retention pass (retention/), close),
 the middlewares (from the outside in: the access log, trusted proxies, security headers, the
 body-size cap, the Host check and cross-site writes with auth off (hosts.py), the refusal of NaN
 in JSON bodies), the error handlers, the API routers under /api/v1, and the dashboard router
@@ -31,6 +32,7 @@ from .handlers import document_errors, install_handlers
 from .hosts import RequestGate
 from .limits import BodyLimit
 from .prime import include_prime
+from .retention.reduce import retain_forever
 from .routes import ROUTERS
 from .security import install_security
 from .state import ServerState
@@ -62,6 +64,14 @@ def create_app(settings: ServerSettings, state: ServerState | None = None) -> Fa
             asyncio.create_task(evaluator.follow(current)),
             asyncio.create_task(delivery.follow(current)),
             asyncio.create_task(deletion.purge_forever(current)),  # interrupted deletions
+            asyncio.create_task(
+                retain_forever(
+                    current.store,
+                    current.blobs,
+                    current.settings.retention_rules(),
+                    current.settings.retention_interval,
+                )
+            ),
         ]
         try:
             yield

@@ -1,6 +1,7 @@
 """
 `openruns server`: start the tracking server. `openruns server check`: compare the blob store
 with the database (check.py). `openruns server usage`: what the stores hold (usage_cli.py).
+`openruns server retention`: one retention pass by hand (retention/cli.py).
 
 The flags are generated from ServerSettings' declaration (config.py), so a new setting is a
 flag, a variable and a config key at once. A flag left out is None here, so that
@@ -23,6 +24,8 @@ __all__ = ["add_arguments", "run"]
 
 # The settings `openruns server check` and `usage` need: where the stores are.
 _STORE_SETTINGS = ("data_dir", "database_url", "blobs", "s3_endpoint_url")
+# `openruns server retention` also takes the policy's flags (the file's entries come along).
+_RETENTION_SETTINGS = (*_STORE_SETTINGS, "retention_days", "retention_keep_per_step")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "each team, project and run stores."
     )
     _add_settings(parser, [spec.name for spec in setting_specs()], default=None)
-    sub = parser.add_subparsers(dest="server_action", metavar="{check,usage}")
+    sub = parser.add_subparsers(dest="server_action", metavar="{check,usage,retention}")
     check = sub.add_parser(
         "check",
         help="list damaged or unreferenced blobs; remove the unreferenced",
@@ -91,6 +94,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     usage.add_argument("--json", action="store_true", help="one JSON document: every run")
 
+    retention = sub.add_parser(
+        "retention",
+        help="run one retention pass now (--dry-run: say what it would drop)",
+        description="Reduce every ended run older than its retention rule to its metrics, "
+        "summary, config, logs and a sample of keep_per_step episodes per (stream, kind, step), "
+        "as the server's periodic pass does, and print what was dropped. Safe while servers "
+        "run. Exit status 2 when no policy is configured (--retention-days, or [[retention]] "
+        "entries in the config file).",
+    )
+    _add_settings(retention, list(_RETENTION_SETTINGS), default=argparse.SUPPRESS)
+    retention.add_argument(
+        "--dry-run", action="store_true", help="change nothing: print what would be dropped"
+    )
+    add_json_option(
+        retention,
+        'the runs: {"dry_run", "runs": [{"id", "team_id", "project", "rule", "episodes", '
+        '"episodes_kept", "episodes_dropped", "bytes_dropped", ...}], "episodes_dropped", '
+        '"bytes_dropped"}',
+    )
+
 
 def _add_settings(parser: argparse.ArgumentParser, names: list[str], default: object) -> None:
     """A flag per setting in `names` (generated from ServerSettings), and --config."""
@@ -136,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
             from .usage_cli import run as run_usage
 
             return run_usage(args, settings)
+        if getattr(args, "server_action", None) == "retention":
+            from .retention.cli import run as run_retention
+
+            return run_retention(args, settings)
         settings.auth_enabled()  # an unsafe bind fails before the heavy imports
         from .serve import serve
 

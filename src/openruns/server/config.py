@@ -34,6 +34,7 @@ from ..config_layers import (
     read_config_file,
     refuse_unknown_keys,
 )
+from .retention.rules import DEFAULT_KEEP_PER_STEP, RetentionRule, RuleError, parse_rules
 
 __all__ = [
     "DEFAULT_PORT",
@@ -47,6 +48,9 @@ __all__ = [
 
 DEFAULT_PORT = 8765
 MiB = 1024 * 1024
+# The retention pass runs at most this often (a flag or variable asking for less is refused):
+# a pass reads every ended run's retention state, so seconds apart would be all overhead.
+MIN_RETENTION_INTERVAL = 60.0
 
 
 class ServerConfigError(Exception):
@@ -339,6 +343,33 @@ class ServerSettings:
         "tenth of the successful ones (errors are always logged), 0 none",
     )
 
+    retention_days: float | None = setting(
+        None,
+        metavar="DAYS",
+        help="retention for every run: a run ended more than DAYS ago keeps its metrics, "
+        "summary, config and logs, and --retention-keep-per-step episodes per (stream, kind, "
+        "step); the rest are dropped. [[retention]] entries of the config file set it per team "
+        "or project (docs/server.md, Retention)",
+        default_text="none: episodes are kept for good",
+    )
+    retention_keep_per_step: int = setting(
+        DEFAULT_KEEP_PER_STEP,
+        metavar="K",
+        help="episodes kept per (stream, kind, step) by retention: the best and worst reward, "
+        "then the lowest hashes of their ids (also the default of [[retention]] entries)",
+    )
+    retention_interval: float = setting(
+        3600.0,
+        metavar="S",
+        unit_name="s",
+        help=f"how often the retention pass runs (at least {MIN_RETENTION_INTERVAL:.0f} s)",
+    )
+    # The config file's [[retention]] entries (retention/rules.py): a file key only, no flag
+    # or variable; `retention_rules()` adds the one --retention-days makes.
+    retention: tuple[RetentionRule, ...] = dataclasses.field(
+        default=(), metadata={"file_only": True}
+    )
+
     prime_training_teams: frozenset[str] | None = setting(
         None,
         metavar="TEAM,...",
@@ -364,7 +395,9 @@ class ServerSettings:
         path = config_file or config_file_path(env)
         from_file = read_config_file(path, ServerConfigError)
         specs = setting_specs()
-        refuse_unknown_keys(from_file, [s.name for s in specs], path, ServerConfigError)
+        refuse_unknown_keys(
+            from_file, [s.name for s in specs] + ["retention"], path, ServerConfigError
+        )
         values: dict[str, Any] = {}
         for spec in specs:
             found = first_layer(
@@ -379,9 +412,18 @@ class ServerSettings:
             if found is not None:
                 values[spec.field] = spec.parse(*found)
         values.setdefault("data_dir", default_data_dir(env))
+        _check_retention(values, from_file.get("retention"), path)
         if values.get("auth") and values.get("insecure"):
             raise ServerConfigError("--auth and --insecure contradict each other: pick one")
         return cls(**values)
+
+    def retention_rules(self) -> tuple[RetentionRule, ...]:
+        """The retention policy: the config file's entries, and --retention-days as an entry
+        for every run (it replaces a file entry naming neither team nor project)."""
+        if self.retention_days is None:
+            return self.retention
+        rules = [r for r in self.retention if r.team is not None or r.project is not None]
+        return (*rules, RetentionRule(self.retention_days, self.retention_keep_per_step))
 
     def sqlalchemy_url(self) -> str:
         """The database URL as SQLAlchemy takes it (postgresql:// speaks psycopg 3)."""
@@ -422,6 +464,27 @@ class ServerSettings:
             "API keys (create one with `openruns keys create --team TEAM`), or --insecure to "
             "accept unauthenticated requests from the network"
         )
+
+
+def _check_retention(values: dict[str, Any], entries: Any, path: Path) -> None:
+    """The retention settings `resolve` found, checked; the file's entries parsed into
+    values["retention"]. ServerConfigError names the flag, or the entry and the key."""
+    days = values.get("retention_days")
+    if days is not None and not days > 0:
+        raise ServerConfigError(f"--retention-days must be more than 0 days, got {days!r}")
+    keep = values.get("retention_keep_per_step", DEFAULT_KEEP_PER_STEP)
+    if keep < 1:
+        raise ServerConfigError(f"--retention-keep-per-step must be at least 1, got {keep}")
+    interval = values.get("retention_interval")
+    if interval is not None and interval < MIN_RETENTION_INTERVAL:
+        raise ServerConfigError(
+            f"--retention-interval must be at least {MIN_RETENTION_INTERVAL:.0f} s (a pass "
+            f"reads every ended run), got {interval:g} s"
+        )
+    try:
+        values["retention"] = parse_rules(entries, f"retention in {path}", keep)
+    except RuleError as exc:
+        raise ServerConfigError(str(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -483,6 +546,8 @@ def setting_specs() -> list[SettingSpec]:
     specs = []
     for f in dataclasses.fields(ServerSettings):
         meta = f.metadata
+        if meta.get("file_only"):  # no flag, no variable: resolve reads it from the file
+            continue
         kind = hints[f.name]
         args = [a for a in typing.get_args(kind) if a is not type(None)]
         optional = bool(args)

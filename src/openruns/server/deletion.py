@@ -30,7 +30,7 @@ from .state import ServerState
 from .store import deletion
 from .store.blobs import BlobStore
 
-__all__ = ["delete_run", "purge", "purge_forever"]
+__all__ = ["delete_blobs", "delete_run", "purge", "purge_forever"]
 
 logger = logging.getLogger("openruns.server")
 
@@ -69,7 +69,7 @@ async def purge(state: ServerState, run_seq: int) -> dict[str, int]:
         for name, rows in step.rows.items():
             removed[name] = removed.get(name, 0) + rows
         if step.blobs:
-            await asyncio.to_thread(_delete_blobs, state.blobs, [k for k, _ in step.blobs])
+            await asyncio.to_thread(delete_blobs, state.blobs, [k for k, _ in step.blobs])
             removed["blobs"] += len(step.blobs)
             removed["blob_bytes"] += sum(size for _, size in step.blobs)
     removed["unreferenced_blobs"] = await asyncio.to_thread(
@@ -79,14 +79,15 @@ async def purge(state: ServerState, run_seq: int) -> dict[str, int]:
     return removed
 
 
-def _delete_blobs(blobs: BlobStore, keys: list[str]) -> None:
+def delete_blobs(blobs: BlobStore, keys: list[str]) -> None:
+    """Delete `keys` (blocking: call off the event loop); a missing one is no error."""
     for key in keys:
         blobs.delete(key)
 
 
 def _delete_folder(blobs: BlobStore, folder: str) -> int:
     keys = [info.key for info in blobs.list_blobs(folder)]
-    _delete_blobs(blobs, keys)
+    delete_blobs(blobs, keys)
     return len(keys)
 
 

@@ -24,7 +24,6 @@ leaves only an unreferenced blob, never an index row pointing at nothing.
 from __future__ import annotations
 
 import hashlib
-import secrets
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from .body import (
 )
 from .config import ServerSettings
 from .errors import bad_request
-from .segments import Segment, build_segment, check_batch
+from .segments import Segment, blob_key_for, build_segment, check_batch
 from .state import ServerState
 from .store.metrics import MAX_STEP, MetricPoints
 from .store.runs import require_running_or_grace
@@ -142,7 +141,7 @@ async def _commit(
 ) -> dict[str, Any]:
     if not segment.rows:
         return {"status": "committed", "records": 0, "receipt": key}
-    blob_key = f"runs/{run['seq']}/{stream}/{secrets.token_hex(12)}.ndjson.zst"
+    blob_key = blob_key_for(run["seq"], stream)
     await run_in_threadpool(state.blobs.put_atomic, blob_key, segment.blob)
     return await state.store.commit_segment(
         run["seq"], key, stream, blob_key, len(segment.blob), segment.rows, digest

@@ -11,6 +11,8 @@ Episode segments: the blob one episodes upload becomes, and its index rows. Two 
 - `build_segment`: NDJSON from any other client (curl, the Prime-compatible routes): parsed,
   indexed and compressed here into frames of about FRAME_BYTES of input (a line is never split;
   a bigger line gets a frame of its own).
+- `pack_records`: records already indexed, framed the same way into a new blob with their new
+  places (retention rewrites a segment with the records it keeps: server/retention/).
 
 Either way `zstd -dc segment` gives the NDJSON back, and an index row locates its record by its
 frames (offset and length in the blob) and its line in them, decompressed, so reading one
@@ -24,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import secrets
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,12 +43,14 @@ from .store.metrics import MAX_STEP
 __all__ = [
     "FRAME_BYTES",
     "Segment",
+    "blob_key_for",
     "build_segment",
     "check_batch",
     "check_steps",
     "frames_digest",
     "is_step",
     "iter_segment",
+    "pack_records",
     "read_record",
 ]
 
@@ -234,6 +239,46 @@ def build_segment(data: bytes, run_kind: str | None = None) -> Segment:
     if pending:
         seal()
     return _with_digests(Segment(b"".join(frames), rows))
+
+
+def pack_records(records: list[bytes]) -> Segment:
+    """`records` (JSON lines without their newline) framed like `build_segment`'s: a row per
+    record with only its new place (frame_offset, frame_length, offset, length, digest)."""
+    compressor = zstandard.ZstdCompressor(level=1, write_checksum=True)
+    frames: list[bytes] = []
+    rows: list[dict[str, Any]] = []
+    pending: list[bytes] = []
+    pending_rows: list[dict[str, Any]] = []
+    size = used = 0
+
+    def seal() -> None:
+        nonlocal size, used
+        frame = compressor.compress(b"".join(pending))
+        for row in pending_rows:
+            row["frame_offset"], row["frame_length"] = size, len(frame)
+        frames.append(frame)
+        size += len(frame)
+        pending.clear()
+        pending_rows.clear()
+        used = 0
+
+    for record in records:
+        if pending and used + len(record) + 1 > FRAME_BYTES:
+            seal()
+        row = {"offset": used, "length": len(record)}
+        pending.append(record + b"\n")
+        pending_rows.append(row)
+        rows.append(row)
+        used += len(record) + 1
+    if pending:
+        seal()
+    return _with_digests(Segment(b"".join(frames), rows))
+
+
+def blob_key_for(run_seq: int, stream: str) -> str:
+    """A new segment blob's key: under the run's folder `runs/<seq>/` (deletion.py removes
+    the folder), never reused."""
+    return f"runs/{run_seq}/{stream}/{secrets.token_hex(12)}.ndjson.zst"
 
 
 def is_step(value: Any) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..alerts.routes import router as alerts_router
+from ..retention.routes import router as retention_router
 from . import (
     deletion,
     episodes,
@@ -34,4 +35,5 @@ ROUTERS = (
     logs.router,
     alerts_router,
     deletion.router,
+    retention_router,
 )

@@ -53,6 +53,7 @@ from .schema import (
     prime_objects,
     receipts,
     run_deletions,
+    run_retention,
     run_tags,
     runs,
     segments,
@@ -289,6 +290,7 @@ STAGES: tuple[tuple[str, Remover], ...] = (
     # The alert evaluator's state of the run; its deliveries stay in the team's delivery log.
     ("alert_states", _by_run(alert_states, "rule_id", "subject")),
     ("alert_activity", _by_run(alert_activity, "run_seq")),
+    ("run_retention", _by_run(run_retention, "run_seq")),  # what retention dropped (0018)
     ("segments", _with_blobs(segments, "id")),
     ("prime_objects", _with_blobs(prime_objects, "id")),
     ("wandb_files", _with_blobs(wandb_files, "name")),

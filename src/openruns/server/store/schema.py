@@ -41,6 +41,10 @@ create it; a change here needs a new numbered migration.
   seq, team and id, when and by whom, and when its rows and blobs were all removed. `runs` and
   `episodes` are AUTOINCREMENT on SQLite from then on, so a deleted run's numbers are never
   handed out again.
+- run_retention (migration 0018): per run reduced by retention (server/retention/), the rule
+  applied, when a pass claimed it and when it finished (`reduced_at`, null while under way or
+  interrupted), and what is kept and what was dropped (episodes, bytes; dropped counts add up
+  over passes).
 - episode_search (migration 0006): the full-text index of rollouts; its shape differs by
   dialect (FTS5 / tsvector), so it is not a Table here: store/search.py writes its SQL.
 """
@@ -85,6 +89,7 @@ __all__ = [
     "prime_objects",
     "receipts",
     "run_deletions",
+    "run_retention",
     "run_tags",
     "runs",
     "segments",
@@ -544,4 +549,25 @@ run_deletions = Table(
     Column("removed", Text, nullable=False, server_default="{}"),  # JSON counts
     Index("ix_run_deletions_team_id", "team_id", "run_id"),
     Index("ix_run_deletions_purged", "purged_at"),
+)
+
+
+# -- retention (migration 0018) -------------------------------------------------------------------
+
+run_retention = Table(
+    "run_retention",
+    metadata,
+    Column("run_seq", Integer, primary_key=True, autoincrement=False),
+    Column("rule", Text, nullable=False),  # JSON: the rule applied (rules.RetentionRule)
+    Column("keep_per_step", Integer, nullable=False),  # the rule's, to tell a changed rule
+    # When a pass last claimed it or made progress: another replica takes up a pass silent
+    # for store/retention.CLAIM_LEASE.
+    Column("claimed_at", Float, nullable=False),
+    Column("reduced_at", Float),  # the last pass finished; null while one is under way
+    Column("episodes_kept", BigInteger, nullable=False, server_default="0"),
+    Column("bytes_kept", BigInteger, nullable=False, server_default="0"),
+    Column("episodes_dropped", BigInteger, nullable=False, server_default="0"),
+    Column("bytes_dropped", BigInteger, nullable=False, server_default="0"),
+    Column("segments_rewritten", Integer, nullable=False, server_default="0"),
+    Column("segments_deleted", Integer, nullable=False, server_default="0"),
 )

@@ -2,6 +2,7 @@
 // in sections (by step; eval; logged without a step, by wall time; system) and by prefix, with a
 // step slider and the chart settings (smoothing, log scale, x axis), the reward bands of the
 // episodes, the steps that have episodes, notes, tags and group (edited here), the summary,
+// what retention dropped of an old run (one line),
 // the config as launched, exports, and a search box over the run's rollouts; the steps table
 // reads a step as dispatched at or trained at, per kind, with its off-policy count. Logs: the
 // console output of the run's processes (logs.js), a failed run's traceback first.
@@ -55,6 +56,7 @@ const charted = new ChartedKeys(document.getElementById("key-tools"), runId, () 
 });
 const logs = new LogsView(base);
 const media = new MediaSection(document.getElementById("media"), runId);
+let retention; // the run's retention record, read once it ended (undefined: not yet)
 let mediaAt = null; // when the media were last listed; null: never, false: no media route
 
 function renderHeader(run) {
@@ -89,6 +91,7 @@ function renderHeader(run) {
       run.status === "running" ? [" ", stopButton(run)] : null, " ", deleteButton(run)),
     run.description ? h("p", { class: "description" }, run.description) : null,
     endingBox(run),
+    retentionNote(retention),
     h("dl", { class: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     h("div", { class: lost ? "losses warn" : "losses", id: "losses" },
       lost
@@ -97,6 +100,15 @@ function renderHeader(run) {
           failed.map(([reason, n]) => `; ${formatNumber(n)} failed (${reason})`)]
         : "No records lost (0 dropped, 0 failed)."),
   );
+}
+
+// What retention dropped of an old run (issue 22; GET /runs/{id}/retention), in one line.
+function retentionNote(record) {
+  if (!record || !record.reduced || !record.episodes_dropped) return null;
+  const day = new Date(record.reduced_at * 1000).toISOString().slice(0, 10);
+  return h("p", { class: "note-box retention", id: "retention-note", role: "note" },
+    `${formatNumber(record.episodes_dropped)} episodes dropped by retention on ${day} `
+    + `(kept ${formatNumber(record.rule.keep_per_step)} per step)`);
 }
 
 // Steps count from 0: a run that logged steps 0..119 of max_steps 120 has done 120 of them.
@@ -521,6 +533,9 @@ async function tick() {
     throw error;
   }
   if (wandbSide === undefined) wandbSide = await api(`${base}/wandb`).catch(() => null);
+  if (retention === undefined && run.status !== "running") {
+    retention = await api(`${base}/retention`).catch(() => null); // read once: passes are hours apart
+  }
   const first = state.run === null;
   state.run = run;
   grid.sources[0].label = runLabel(run);
@@ -538,7 +553,7 @@ async function tick() {
     grid.refreshTimelines();
   }
   // Rebuilt only when something changed, so a selection in the error text survives a poll.
-  const signature = JSON.stringify([run, state.maxStep, state.linesPrinted]);
+  const signature = JSON.stringify([run, state.maxStep, state.linesPrinted, retention]);
   if (signature !== state.signature) {
     state.signature = signature;
     renderHeader(run);
