@@ -21,11 +21,13 @@ last refusal the lane sends one request at a time, the next after the Retry-Afte
 every sender retrying at once; batches keep queueing in memory meanwhile (bounded in bytes).
 
 Merging (upload/merging.py): a sender takes the batches of one stream waiting in its lane in
-memory, never sent or refused with 429/503 (so certainly not stored), and sends them as one
-upload within merging.CAPS, keyed from their keys. Written: each part is written. Refused
-(429/503): the parts go back to the lane, to be merged again. A 4xx: the parts go back, each to
-be sent alone, so a bad batch fails alone and the others are delivered. No answer: the merged
-batch may be stored, so it is kept as it is (spooled, its key with it) and retried as one.
+memory (never sent, or refused before anything was stored: so certainly not stored), and sends
+them as one upload within merging.CAPS, keyed from their keys. Written: each part is written.
+Refused (429/503): the parts go back to the lane in memory, to be merged again. A 4xx: the parts
+go back, each to be sent alone, so a bad batch fails alone and the others are delivered. A
+refused connection or a stop: the parts go to the spool, as a failed batch does. No answer (a
+timeout, a reset, a 5xx other than 503): the merged batch may be stored, so it is kept as it is
+(spooled, its key with it) and retried as one.
 
 Memory: batches held in memory (queued or being sent) stay within `memory_bytes` (one always
 fits); a batch whose send fails goes to disk, so retries come from the spool, never memory.

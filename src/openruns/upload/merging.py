@@ -11,8 +11,9 @@ frames in order, its index rows point into them (frame numbers shifted by the fr
 and its Idempotency-Key is derived from the parts' keys in their order, so the same merge
 replayed is the same request (the server answers it from its receipt). A different group of
 the same batches is a different key: the sink therefore only merges batches that the server
-has certainly not stored (never sent, or refused with 429/503 before anything was stored), and
-once a merged upload may have been stored (no answer) it is kept and retried as it is.
+has certainly not stored (never sent, or refused before anything was stored: a 429/503, a 4xx,
+a refused connection), and once a merged upload may have been stored (no answer) it is kept
+and retried as it is.
 """
 
 from __future__ import annotations
