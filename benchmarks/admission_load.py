@@ -5,6 +5,7 @@ admission rows): how the server shares its upload slots between runs.
     uv run python benchmarks/admission_load.py                          # 10 processes x 10 runs
     uv run python benchmarks/admission_load.py --processes 20           # 200 runs
     uv run python benchmarks/admission_load.py --src /tmp/before/src    # another server's code
+    uv run python benchmarks/admission_load.py --sdk-src /work/main/src  # another SDK's code
 
 Each producer process holds `--runs` SDK runs, one thread each; every run logs `--rows` metric
 rows and `--episodes` episodes spread evenly over `--seconds`, then calls finish(). Auth is off,
@@ -74,7 +75,7 @@ def producer(args: argparse.Namespace) -> None:
 
     requests: list[tuple[str, int, float]] = []
     _instrument(requests)
-    sys.stdout.write("ready\n")
+    sys.stdout.write(f"ready {Path(openruns.__file__).parent}\n")
     sys.stdout.flush()
     sys.stdin.readline()
     runs: list[dict[str, object]] = []
@@ -161,6 +162,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--src", help="the server's code (a src directory), default this tree's")
+    parser.add_argument("--sdk-src", help="the SDK's code (a src directory), default this tree's")
     parser.add_argument("--producer", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--tmp", help=argparse.SUPPRESS)
@@ -179,18 +181,24 @@ def main() -> None:
             *("--episodes", str(args.episodes), "--seconds", str(args.seconds)),
             *("--url", url, "--tmp", str(tmp / "sdk")),
         ]
+        env = dict(os.environ)
+        if args.sdk_src:  # ahead of the installed package: `import openruns` finds it first
+            env["PYTHONPATH"] = str(Path(args.sdk_src).resolve())
         producers = [
             subprocess.Popen(
                 [sys.executable, str(HERE), "--producer", str(p), *common],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
+                env=env,
             )
             for p in range(args.processes)
         ]
+        sdk = ""
         for child in producers:
             assert child.stdout is not None
-            assert child.stdout.readline().strip() == "ready", "a producer did not start"
+            word, _, sdk = child.stdout.readline().strip().partition(" ")
+            assert word == "ready", "a producer did not start"
         load_before = os.getloadavg()
         server_cpu = cpu_seconds(proc.pid)
         start = time.perf_counter()
@@ -226,6 +234,7 @@ def main() -> None:
         f"{len(runs)} runs ({args.processes} processes x {args.runs}), {args.rows} rows + "
         f"{args.episodes} episodes each over {args.seconds:g} s; all done in {elapsed:.1f} s"
     )
+    print(f"SDK {sdk}; server {server_process.SRC}")
     print(
         f"finish() p50 {pct(finishes, 0.5):.2f} s  p99 {pct(finishes, 0.99):.2f} s  "
         f"max {max(finishes):.2f} s"

@@ -62,13 +62,15 @@ def test_an_online_run_arrives_whole(server, tmp_path):
 
 
 @pytest.mark.slow
-def test_ten_percent_faults_every_record_exactly_once(server, tmp_path, monkeypatch):
+def test_fifteen_percent_faults_every_record_exactly_once(server, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENRUNS_REQUEST_TIMEOUT", "1")  # the proxy's hangs time out quickly
     # A flaky server is still a server: on a loaded machine, 1 s requests can all time out for
     # a while, which must not read as a server gone for good (that patience is this setting).
     monkeypatch.setenv("OPENRUNS_CONNECT_TIMEOUT", "60")
     monkeypatch.setattr(sdk_pipeline, "BATCH_BYTES", 8 * 1024)  # many small requests
-    proxy = FaultProxy(server.url, rate=0.10, seed=7, hang_seconds=1.5).start()
+    # 15 %: a busy lane's waiting batches go merged (issue 21), so the request count (about
+    # 200 quiet) falls under load; the faults drawn must still be enough to matter.
+    proxy = FaultProxy(server.url, rate=0.15, seed=7, hang_seconds=1.5).start()
     try:
         run = openruns.init(kind="train", base_url=proxy.url, dir=tmp_path / "local")
         for step in range(400):
@@ -78,7 +80,7 @@ def test_ten_percent_faults_every_record_exactly_once(server, tmp_path, monkeypa
         run.finish(timeout=120)
     finally:
         proxy.stop()
-    assert proxy.requests > 200 and sum(proxy.faults.values()) >= 15, proxy.faults
+    assert proxy.requests > 100 and sum(proxy.faults.values()) >= 15, proxy.faults
     assert (run.dropped_records, run.failed_records) == (0, {}), run.errors
     assert metric_points(server.url, run.id, "loss") == [(s, float(s)) for s in range(400)]
     ids = [e["id"] for e in all_episodes(server.url, run.id)]

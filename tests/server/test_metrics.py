@@ -154,3 +154,55 @@ def test_bad_rows_are_named_by_line(client, line, message):
 def test_unknown_run_is_404(client):
     assert error_of(upload(client, "no-such-run", "metrics", b""))[:2] == (404, "not_found")
     assert client.get("/runs/no-such-run/metrics").status_code == 404
+
+
+def test_block_summaries_stay_right_across_rewrites_and_appends_of_several_runs(client):
+    """Every downsampled bucket (count, min, max, last) and every key's latest value agree
+    with the points as written, after rewrites inside blocks and appends past them, in two
+    runs whose keys share names (each run's blocks are its own)."""
+    runs = {name: create_run(client)["id"] for name in ("a", "b")}
+    model: dict[str, dict[str, dict[int, float]]] = {name: {} for name in runs}
+
+    def write(name: str, steps: range, **values) -> None:
+        data = metric_rows(steps, **values)
+        assert upload(client, runs[name], "metrics", data).status_code == 200
+        for step in steps:
+            for key, value in values.items():
+                model[name].setdefault(key, {})[step] = value(step) if callable(value) else value
+
+    def check() -> None:
+        for name, rid in runs.items():
+            keys = {k["key"]: k for k in client.get(f"/runs/{rid}/metrics/keys").json()}
+            assert set(keys) == set(model[name])
+            for key, points in model[name].items():
+                last = max(points)
+                assert (keys[key]["last_step"], keys[key]["last_value"]) == (last, points[last])
+                assert keys[key]["count"] == len(points)
+                for lo, hi, max_points in ((0, 10**6, 7), (0, 10**6, 60), (900, 5100, 9)):
+                    series = client.get(
+                        f"/runs/{rid}/metrics",
+                        params={
+                            "keys": key,
+                            "step_min": lo,
+                            "step_max": hi,
+                            "max_points": max_points,
+                        },
+                    ).json()["series"][key]
+                    inside = sorted(s for s in points if lo <= s <= hi)
+                    assert series["step"][-1] == inside[-1] and len(series["step"]) <= max_points
+                    start = lo - 1
+                    for step, value, low, high in zip(
+                        series["step"], series["value"], series["min"], series["max"], strict=True
+                    ):  # each bucket covers the steps after the one before, up to its own
+                        bucket = [points[s] for s in inside if start < s <= step]
+                        assert (value, low, high) == (points[step], min(bucket), max(bucket))
+                        start = step
+
+    write("a", range(5000), loss=lambda s: s % 97 / 10, acc=lambda s: s / 10_000)
+    write("b", range(3000), loss=lambda s: -(s % 89) / 10)
+    check()
+    write("a", range(1000, 1100), loss=lambda s: -1000.0 - s)  # rewrites inside blocks
+    write("a", range(4990, 10_000), loss=lambda s: 5000.0 - s)  # rewrites, then appends
+    write("a", range(7000, 7001), acc=123.0)  # one point past the key's last block
+    write("b", range(2990, 3500), loss=lambda s: s * 1.5)
+    check()

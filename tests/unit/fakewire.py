@@ -29,6 +29,9 @@ class FakeWire:
         self.receipts: dict[tuple[str, str], dict[str, Any]] = {}
         self.runs: dict[str, dict[str, Any]] = {}
         self._failures: dict[str, list[BaseException | Callable[[], Any]]] = defaultdict(list)
+        self._bad_lines: list[tuple[Callable[[bytes], bool], BaseException]] = []
+        self.in_flight = 0  # uploads being answered now
+        self.most_in_flight: dict[str, int] = defaultdict(int)  # stream -> the most at once
 
     def fail_next(
         self, method: str, error: BaseException | Callable[[], Any], times: int = 1
@@ -37,6 +40,12 @@ class FakeWire:
         to block on an event, or raise after the call took effect)."""
         with self.lock:
             self._failures[method] += [error] * times
+
+    def reject_lines(self, bad: Callable[[bytes], bool], error: BaseException) -> None:
+        """Every upload holding a line for which `bad` is true raises `error`, storing
+        nothing, as a server refuses a body with a bad line (whatever else the body holds)."""
+        with self.lock:
+            self._bad_lines.append((bad, error))
 
     def _call(self, method: str, what: Any) -> Callable[[], Any] | None:
         with self.lock:
@@ -50,14 +59,28 @@ class FakeWire:
     # -- the WireClient methods the SDK uses ---------------------------------------------------
 
     def upload(self, run_id: str, stream: str, parts: Sequence[bytes], *, key: str, timeout=None):
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight[stream] = max(self.most_in_flight[stream], self.in_flight)
+        try:
+            return self._upload(stream, parts, key)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def _upload(self, stream: str, parts: Sequence[bytes], key: str) -> dict[str, Any]:
         after = self._call("upload", key)
         body = b"".join(parts)
         header, length = parse_header(body)
         assert header["key"] == key and header["stream"] == stream
+        lines = batch_lines(body, length).splitlines()
+        for bad, error in self._bad_lines:
+            if any(bad(line) for line in lines):
+                raise error
         with self.lock:
             receipt = self.receipts.get((stream, key))
             if receipt is None:  # idempotent, like the server: a replay stores nothing
-                header["lines"] = batch_lines(body, length).splitlines()
+                header["lines"] = lines
                 self.stored[stream].append(header)
                 receipt = {"status": "committed", "records": header["records"], "receipt": key}
                 self.receipts[(stream, key)] = receipt

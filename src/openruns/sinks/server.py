@@ -8,12 +8,26 @@ them.
                  --> server DOWN or STOPPED, or the lane's backlog is on disk: spooled
 
 The server's health is one state (SinkHealth). UP: senders send. DOWN: a request got no answer
-or was asked to wait (429/503, a timeout, a reset): its batch goes to the spool and back to the
+(a timeout, a reset, a gateway's 502/504) or a 500: its batch goes to the spool and back to the
 head of its lane, and one probe at a time retries with backoff (Retry-After honoured) until the
 server answers. STOPPED: 401/403/404: nothing more is sent; everything stays in the spool for
 `openruns sync` with the right key or server. Each outcome comes from `disposition`: written
 (acknowledged in the spool when it was there), rejected (that batch failed, counted; the sink
 goes on), retry (DOWN) or stop (STOPPED).
+
+Busy (429 or 503: the server refused before storing anything): the server is UP but the lane
+is paced: its batch goes back to the head of the lane, in memory, and for PACE_SECONDS after the
+last refusal the lane sends one request at a time, the next after the Retry-After, instead of
+every sender retrying at once; batches keep queueing in memory meanwhile (bounded in bytes).
+
+Merging (upload/merging.py): a sender takes the batches of one stream waiting in its lane in
+memory (never sent, or refused before anything was stored: so certainly not stored), and sends
+them as one upload within merging.CAPS, keyed from their keys. Written: each part is written.
+Refused (429/503): the parts go back to the lane in memory, to be merged again. A 4xx: the parts
+go back, each to be sent alone, so a bad batch fails alone and the others are delivered. A
+refused connection or a stop: the parts go to the spool, as a failed batch does. No answer (a
+timeout, a reset, a 5xx other than 503): the merged batch may be stored, so it is kept as it is
+(spooled, its key with it) and retried as one.
 
 Memory: batches held in memory (queued or being sent) stay within `memory_bytes` (one always
 fits); a batch whose send fails goes to disk, so retries come from the spool, never memory.
@@ -40,8 +54,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..batches import Batch
-from ..errors import APIError, TransportError
+from ..errors import APIError, RetryableAPIError, TransportError
 from ..rundir import ROW_STREAMS, Spool, SpoolRef
+from ..upload.merging import CAPS, merge_batches, mergeable_prefix
 from ..upload.stats import Stats
 from ..wire import WireClient, backoff_delay, disposition
 
@@ -53,6 +68,9 @@ logger = logging.getLogger("openruns")
 # of 10,000 episodes within a 60 s drain, 8 all of them); memory stays bounded in bytes.
 SENDERS = {"metrics": 1, "records": 8}
 MAX_PROBE_DELAY = 5.0
+# After a 429/503 a lane sends one request at a time for this long (issue 21: 100 runs of one
+# host retrying with nine senders each kept the server answering 429s instead of storing).
+PACE_SECONDS = 10.0
 
 
 class Health(enum.Enum):
@@ -108,10 +126,32 @@ class _Upload:
     in_memory: bool = False  # counted in the sink's memory
     spooling: bool = False  # being written to the spool (by one thread: a flush or a failure)
     done: bool = False  # acknowledged or rejected: nothing more to keep
+    parts: list[_Upload] = field(default_factory=list)  # a merged upload's batches, in order
+    alone: bool = False  # a part of a merge the server rejected: sent by itself from now on
 
     @property
     def lane(self) -> str:
         return _lane(self.stream)
+
+    @property
+    def mergeable(self) -> bool:
+        """Certainly not stored by the server (in memory, never spooled: never sent without
+        an answer), and not a merge itself nor a part of a rejected one."""
+        return (
+            self.batch is not None
+            and self.ref is None
+            and not (self.parts or self.alone or self.spooling or self.done)
+        )
+
+
+@dataclass
+class _Pace:
+    """A lane's pacing after a 429/503: one request at a time until `until`, the next one not
+    before `next_at`."""
+
+    until: float = 0.0
+    next_at: float = 0.0
+    refusals: int = 0  # in a row: the backoff's attempt number when no Retry-After came
 
 
 class ServerSink:
@@ -154,6 +194,7 @@ class ServerSink:
         }
         self._on_disk = dict.fromkeys(SENDERS, 0)  # queued uploads that are only on disk
         self._sending: dict[str, set[_Upload]] = {lane: set() for lane in SENDERS}
+        self._paces = {lane: _Pace() for lane in SENDERS}
         self._memory = 0
         self._close_began: float | None = None
         self._close_deadline: float | None = None  # past it, write() spools instead of waiting
@@ -287,7 +328,11 @@ class ServerSink:
         while not self._finished:
             health = self.health
             if queue and health.state is Health.UP:
-                break
+                wait = self._pace_wait(lane)
+                if wait == 0.0:
+                    break
+                self._lane_ready[lane].wait(wait)  # None: until the request in flight settles
+                continue
             if queue and health.state is Health.DOWN and not health.probing:
                 wait = health.retry_at - time.monotonic()
                 if wait <= 0:
@@ -301,8 +346,42 @@ class ServerSink:
         upload = queue.popleft()
         if upload.ref is not None and upload.batch is None:
             self._on_disk[lane] -= 1
+        if upload.mergeable:
+            upload = self._merge_waiting(lane, upload)
         self._sending[lane].add(upload)
         return upload
+
+    def _pace_wait(self, lane: str) -> float | None:
+        """0.0: the lane may send now; else how long to wait (None: until a send settles)."""
+        pace = self._paces[lane]
+        now = time.monotonic()
+        if now >= pace.until:
+            return 0.0
+        if self._sending[lane]:
+            return None
+        return max(0.0, pace.next_at - now)
+
+    def _merge_waiting(self, lane: str, head: _Upload) -> _Upload:
+        """`head` merged with the waiting uploads of its stream that may join it (see the
+        module docstring), in order, within merging.CAPS; `head` alone when none may."""
+        queue = self._queues[lane]
+        candidates: list[_Upload] = []
+        for upload in queue:
+            if upload.stream != head.stream:
+                continue  # another stream of the lane (console lines beside metrics)
+            if not upload.mergeable or len(candidates) + 1 >= CAPS.batches:
+                break  # an earlier batch of the stream must not be overtaken
+            candidates.append(upload)
+        count = mergeable_prefix([(u.nbytes, u.records) for u in [head, *candidates]])
+        if count < 2:
+            return head
+        group = [head, *candidates[: count - 1]]
+        taken = {id(u) for u in group}
+        rest = [u for u in queue if id(u) not in taken]
+        queue.clear()
+        queue.extend(rest)
+        batch = merge_batches([u.batch for u in group if u.batch is not None])
+        return _Upload(batch, batch.stream, batch.key, batch.records, batch.nbytes, parts=group)
 
     def _changed(self, lane: str | None = None) -> None:
         """Wake the waiters of what changed: `lane`'s senders (every lane's when None), and
@@ -356,6 +435,15 @@ class ServerSink:
 
     def _settle(self, upload: _Upload, outcome: str, error: BaseException | None) -> None:
         lane = upload.lane
+        refused = outcome == "retry" and _refused(error)
+        if upload.parts and (
+            outcome == "reject" or (upload.ref is None and _not_stored(outcome, error))
+        ):
+            self._dissolve(upload, outcome, error)
+            return
+        if refused:
+            self._requeue_refused(upload, error)
+            return
         if outcome in ("written", "reject"):
             if outcome == "written":
                 self.stats.count_written(upload.stream, upload.records)
@@ -365,10 +453,13 @@ class ServerSink:
             with self._cond:
                 upload.done, ref = True, upload.ref
                 self._release(upload)
+                self._forget_parts(upload)
                 upload.batch = None
                 recovered = self.health.state is Health.DOWN
                 self.health.answered()
                 self.health.probing = False
+                if outcome == "written":
+                    self._paces[lane].refusals = 0
             if ref is not None:  # it was in the spool too: sync must skip it
                 self.spool.ack(ref, upload.key)
                 self.stats.count_spooled(-upload.records)
@@ -377,11 +468,12 @@ class ServerSink:
                 self._changed(None if recovered else lane)  # back up: every lane may go
             return
         assert error is not None
-        kept = self._spool(upload)
+        kept = self._spool(upload)  # a merge that may be stored is kept whole, with its key
         with self._cond:
             self._sending[lane].discard(upload)
             upload.batch = None
             self._release(upload)
+            self._forget_parts(upload)
             if outcome == "stop":
                 self.health.stopped(error)
             else:
@@ -392,11 +484,90 @@ class ServerSink:
                 self._on_disk[lane] += 1
             self._changed()
         if outcome == "stop":
-            self.stats.record_error(
-                f"uploading to {self.wire.base_url} (uploads stopped; records are kept in the "
-                f"spool at {self.spool.run_dir} for `openruns sync`)",
-                error,
-            )
+            self._record_stop(error)
+
+    def _record_stop(self, error: BaseException) -> None:
+        self.stats.record_error(
+            f"uploading to {self.wire.base_url} (uploads stopped; records are kept in the "
+            f"spool at {self.spool.run_dir} for `openruns sync`)",
+            error,
+        )
+
+    def _requeue_refused(self, upload: _Upload, error: BaseException | None) -> None:
+        """429/503: nothing was stored; `upload` goes back to the head of its lane (in memory
+        when it was there, else from the spool) and the lane is paced."""
+        lane = upload.lane
+        with self._cond:
+            self._sending[lane].discard(upload)
+            self._forget_parts(upload)  # a spooled merge: its spool entry is the upload now
+            if upload.ref is not None:
+                upload.batch = None
+                self._release(upload)
+                self._on_disk[lane] += 1
+            self._queues[lane].appendleft(upload)
+            self._refused_by_server(lane, error)
+
+    def _dissolve(self, merged: _Upload, outcome: str, error: BaseException | None) -> None:
+        """A merged upload the server did not store goes back as its parts, in order, at the
+        head of its lane: each to be sent alone after a 4xx; in memory, to be merged again,
+        after a 429/503; to the spool, as they were, when the server is down or stopped."""
+        lane = merged.lane
+        parts = merged.parts
+        refused = outcome == "retry" and _refused(error)
+        if merged.ref is not None or (outcome != "reject" and not refused):
+            # On disk before they are back in the lane (no sender sees them half-spooled):
+            # as durable as the merge was, or as a failed batch goes. A part that does not
+            # fit is dropped (counted) and not sent again.
+            parts = [part for part in parts if self._spool(part)]
+        with self._cond:
+            self._sending[lane].discard(merged)
+            merged.parts, merged.batch, merged.done = [], None, True
+            for part in reversed(parts):
+                part.alone = part.alone or outcome == "reject"
+                if part.batch is None:
+                    self._on_disk[lane] += 1
+                self._queues[lane].appendleft(part)
+            if refused:
+                self._refused_by_server(lane, error)
+            else:
+                if outcome == "reject":
+                    self.health.answered()
+                elif outcome == "stop":
+                    assert error is not None
+                    self.health.stopped(error)
+                else:
+                    assert error is not None
+                    self.health.failed(error)
+                self.health.probing = False
+                self._changed()
+        if merged.ref is not None:  # flushed while in flight: its parts are on disk instead
+            self.spool.ack(merged.ref, merged.key)
+            self.stats.count_spooled(-merged.records)
+        if outcome == "stop":
+            assert error is not None
+            self._record_stop(error)
+
+    def _refused_by_server(self, lane: str, error: BaseException | None) -> None:
+        """Under the lock: the server answered 429/503; pace `lane` (see the module
+        docstring)."""
+        recovered = self.health.state is Health.DOWN
+        self.health.answered()  # busy, but there: nothing to spool or probe for
+        self.health.probing = False
+        pace = self._paces[lane]
+        now = time.monotonic()
+        delay = backoff_delay(pace.refusals, error)  # the Retry-After when the server gave one
+        if getattr(error, "retry_after", None) is None:
+            delay = min(MAX_PROBE_DELAY, delay)
+        pace.until, pace.next_at = now + PACE_SECONDS, now + delay
+        pace.refusals += 1
+        self._changed(None if recovered else lane)
+
+    def _forget_parts(self, upload: _Upload) -> None:
+        """Under the lock: a merged upload settled or kept whole: its parts' memory is free."""
+        for part in upload.parts:
+            part.done, part.batch = True, None
+            self._release(part)
+        upload.parts = []
 
     # -- the spool ----------------------------------------------------------------------------
 
@@ -455,6 +626,20 @@ class ServerSink:
 
 class _SpoolLost(Exception):
     """A spooled batch can no longer be read (its segment is gone or damaged)."""
+
+
+def _refused(error: BaseException | None) -> bool:
+    """A 429 or 503: the server refused the upload before storing any of it (its admission,
+    its in-flight budget, a busy database: nothing is committed before a 2xx)."""
+    return isinstance(error, RetryableAPIError) and error.status_code in (429, 503)
+
+
+def _not_stored(outcome: str, error: BaseException | None) -> bool:
+    """Whether a failed upload certainly stored nothing: a 4xx (rejected, or stopped: 401,
+    403, 404), a 429/503, a refused connection or a failed TLS handshake (nothing was sent)."""
+    if outcome in ("reject", "stop"):
+        return True
+    return _refused(error) or bool(getattr(error, "refused", False))
 
 
 def _lane(stream: str) -> str:
