@@ -23,7 +23,7 @@ class RunRow(TypedDict):
     kind: str  # "eval" | "train"
     name: str | None
     model: str | None
-    environments: list[Any]
+    environments: list[dict[str, Any]]  # spec.EnvironmentRef mappings
     framework: str | None
     description: str | None
     tags: list[str]
