@@ -18,7 +18,7 @@ from openruns.server.rollouts import Query
 from openruns.server.search_indexer import index_round
 from openruns.server.segments import build_segment
 from openruns.server.state import ServerState
-from openruns.server.store import LocalBlobStore, Store
+from openruns.server.store import LocalBlobStore, Store, search
 
 
 @pytest.fixture
@@ -71,7 +71,9 @@ def _hits(state: ServerState, run_seq: int, q: str, **filters) -> list[dict]:
         "limit": 100,
         "before_seq": None,
     }
-    return asyncio.run(state.store.search(run_seq, Query.parse(q), **{**params, **filters}))
+    return asyncio.run(
+        state.store.read(search.search, run_seq, Query.parse(q), **{**params, **filters})
+    )
 
 
 def _search(state: ServerState, run_seq: int, q: str, **filters) -> list[str]:
@@ -104,9 +106,9 @@ def test_indexer_follows_segments_and_queries_narrow_to_a_run(state):
     )
     _commit(state, b, [_record(100, "the quick brown fox in another run")])
     assert _search(state, a, "fox") == []  # not indexed yet: built behind ingest
-    assert asyncio.run(state.store.search_progress(a)) == {"pending": 9}
+    assert asyncio.run(state.store.read(search.run_progress, a)) == {"pending": 9}
     assert _index_all(state) == 10
-    assert asyncio.run(state.store.search_progress(a)) == {"pending": 0}
+    assert asyncio.run(state.store.read(search.run_progress, a)) == {"pending": 0}
     newest_first = [f"r{i}" for i in reversed(range(9))]
     assert _search(state, a, "FOX quick") == newest_first
     assert _search(state, a, '"brown fox"') == newest_first
@@ -131,12 +133,14 @@ def test_indexer_follows_segments_and_queries_narrow_to_a_run(state):
 def test_a_second_indexer_that_lost_the_race_writes_nothing(state):
     a, _ = _runs(state)
     _commit(state, a, [_record(i, "zebra") for i in range(3)])
-    cursor = asyncio.run(state.store.search_cursor())
-    rows = asyncio.run(state.store.search_pending(cursor, 100))
+    cursor = asyncio.run(state.store.read(search.indexed_seq))
+    rows = asyncio.run(state.store.read(search.pending, cursor, 100))
     assert _index_all(state) == 3
     # A replica that read the same rows before the cursor moved: its write is refused.
     docs = [(r["seq"], r["run_seq"], r["stream"], None, "zebra again") for r in rows]
-    assert asyncio.run(state.store.index_documents(cursor, rows[-1]["seq"], docs)) is False
+    assert (
+        asyncio.run(state.store.write(search.add_documents, cursor, rows[-1]["seq"], docs)) is False
+    )
     assert _search(state, a, "zebra") == ["r2", "r1", "r0"]
     assert _search(state, a, "again") == []
 
@@ -144,7 +148,7 @@ def test_a_second_indexer_that_lost_the_race_writes_nothing(state):
 def test_a_missing_segment_is_indexed_without_text_and_does_not_stop_the_indexer(state):
     a, _ = _runs(state)
     _commit(state, a, [_record(0, "lost words")])
-    key = asyncio.run(state.store.search_pending(0, 10))[0]["blob_key"]
+    key = asyncio.run(state.store.read(search.pending, 0, 10))[0]["blob_key"]
     (state.settings.data_dir / "blobs" / key).unlink()
     _commit(state, a, [_record(1, "kept words")])
     assert _index_all(state) == 2

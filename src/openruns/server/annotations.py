@@ -36,6 +36,7 @@ from .ingest import receive  # the shared receive step: body, receipt, decompres
 from .segments import is_step
 from .state import ServerState
 from .store.metrics import MAX_STEP
+from .store.rows import RunRow
 from .store.runs import require_running_or_grace
 
 __all__ = ["fold", "parse_annotations", "public", "upload_annotations"]
@@ -46,7 +47,7 @@ MAX_BRANCH_INDEX = 65_535  # folding makes a list this long: bound it
 
 
 async def upload_annotations(
-    state: ServerState, request: Request, run: dict[str, Any], key: str | None
+    state: ServerState, request: Request, run: RunRow, key: str | None
 ) -> dict[str, Any]:
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
     async with state.gate.admit(ingest_owner(request)) as ticket:

@@ -20,16 +20,24 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .errors import forbidden, not_found, unauthorized
+from .store import keys, runs, sessions
 from .store.keys import KEY_PREFIX
+from .store.rows import RunRow
+
+if TYPE_CHECKING:
+    from .store.store import Store
 
 __all__ = [
+    "DEFAULT_TEAM",
     "RUN_TOKEN_PREFIX",
     "SESSION_COOKIE",
     "Principal",
+    "acting_team",
     "check_run",
     "hash_session_token",
     "principal_for",
@@ -40,6 +48,7 @@ __all__ = [
 
 RUN_TOKEN_PREFIX = "orr_"
 SESSION_COOKIE = "openruns_session"
+DEFAULT_TEAM = "default"  # the team of what is created with auth off and no team named
 _MAC_CHARS = 64
 
 
@@ -60,6 +69,26 @@ class Principal:
 
 
 ANONYMOUS = Principal(team_id=None, run_id=None, bucket=None)
+
+
+def acting_team(
+    caller: Principal, requested: str | None, *, noun: str = "team", hint: str = ""
+) -> str:
+    """
+    The team a call acts in when it creates something (a run on any wire, an alert rule) or
+    names a team (a W&B entity): the caller's own team, which a request naming another one
+    may not change (403 naming both, as a `noun` ("team", W&B's "entity"), then `hint`, a
+    format string given `team`, saying how to fix it on the caller's side); with auth off,
+    the team requested, else `default`. An empty name counts as none (PRIME_TEAM_ID="").
+    """
+    team = caller.team_id
+    requested = requested or None
+    if team is None:
+        return requested or DEFAULT_TEAM
+    if requested not in (None, team):
+        message = f"this API key belongs to {noun} {team!r}, not {requested!r}"
+        raise forbidden(f"{message}: {hint.format(team=team)}" if hint else message)
+    return team
 
 
 def run_token(secret: bytes, team_id: str, run_id: str) -> str:
@@ -86,7 +115,7 @@ def hash_session_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-async def principal_for(token: str | None, secret: bytes, store: Any) -> Principal:
+async def principal_for(token: str | None, secret: bytes, store: Store) -> Principal:
     """Authenticate a bearer token (auth on); 401 when it is missing or not valid."""
     if not token:
         raise unauthorized(
@@ -97,7 +126,7 @@ async def principal_for(token: str | None, secret: bytes, store: Any) -> Princip
     if token.startswith(RUN_TOKEN_PREFIX):
         return await _run_token_principal(token, secret, store)
     if token.startswith(KEY_PREFIX):
-        found = await store.team_of_key(token)
+        found = await store.read(keys.team_of_key, token)
         if found is None:
             raise unauthorized("the API key is not valid (unknown or revoked)")
         key_id, team_id = found
@@ -105,11 +134,11 @@ async def principal_for(token: str | None, secret: bytes, store: Any) -> Princip
     raise unauthorized("the bearer token is neither an API key (ork_...) nor a run token (orr_...)")
 
 
-async def _run_token_principal(token: str, secret: bytes, store: Any) -> Principal:
+async def _run_token_principal(token: str, secret: bytes, store: Store) -> Principal:
     body = token[len(RUN_TOKEN_PREFIX) :]
     mac, sep, run_id = body[:_MAC_CHARS], body[_MAC_CHARS : _MAC_CHARS + 1], body[_MAC_CHARS + 1 :]
     if sep == "_" and run_id and len(run_id) <= 256:
-        candidates = await store.run_teams(run_id)
+        candidates = await store.read(runs.run_teams, run_id)
         for seq, team_id in candidates:
             if hmac.compare_digest(
                 mac.encode(), _mac(secret, _token_message(team_id, run_id)).encode()
@@ -121,17 +150,17 @@ async def _run_token_principal(token: str, secret: bytes, store: Any) -> Princip
     raise unauthorized("the run token is not valid on this server")
 
 
-async def principal_for_session(cookie: str, store: Any) -> Principal:
+async def principal_for_session(cookie: str, store: Store) -> Principal:
     """The caller a session cookie stands for; 401 when it has expired, was signed out, or its
     key was revoked."""
-    found = await store.session_caller(hash_session_token(cookie))
+    found = await store.read(sessions.session_caller, hash_session_token(cookie), time.time())
     if found is None:
         raise unauthorized("the dashboard session has ended (expired or signed out): sign in again")
-    key_id, team_id = found
+    key_id, team_id, _ = found
     return Principal(team_id=team_id, run_id=None, bucket=f"key:{key_id}", via_session=True)
 
 
-def check_run(principal: Principal, run: dict[str, Any] | None, run_id: str, write: bool) -> None:
+def check_run(principal: Principal, run: RunRow | None, run_id: str, write: bool) -> None:
     """404 unless `principal` may see `run`; 403 for a write by another run's token."""
     if run is None or (principal.team_id is not None and run["team_id"] != principal.team_id):
         raise not_found(f"no run {run_id!r}")

@@ -29,6 +29,7 @@ from .errors import ApiError, not_found
 from .state import ServerState
 from .store import deletion
 from .store.blobs import BlobStore
+from .store.rows import RunRow
 
 __all__ = ["delete_blobs", "delete_run", "purge", "purge_forever"]
 
@@ -38,7 +39,7 @@ logger = logging.getLogger("openruns.server")
 _PURGES: dict[int, asyncio.Task[dict[str, int]]] = {}
 
 
-async def delete_run(state: ServerState, run: dict[str, Any], by: str | None) -> dict[str, Any]:
+async def delete_run(state: ServerState, run: RunRow, by: str | None) -> dict[str, Any]:
     """Delete `run` and wait for its purge; the tombstone with what was removed. 404 when
     another request deleted it first."""
     tomb = await state.store.write(deletion.mark_deleted, run["seq"], by, time.time())

@@ -47,6 +47,8 @@ from .errors import bad_request
 from .segments import Segment, blob_key_for, build_segment, check_batch
 from .state import ServerState
 from .store.metrics import MAX_STEP, MetricPoints
+from .store.receipts import get_receipt
+from .store.rows import RunRow
 from .store.runs import require_running_or_grace
 
 __all__ = [
@@ -64,7 +66,7 @@ MAX_KEY_CHARS = 512
 
 
 async def upload_metrics(
-    state: ServerState, request: Request, run: dict[str, Any], key: str | None
+    state: ServerState, request: Request, run: RunRow, key: str | None
 ) -> dict[str, Any]:
     """A metrics upload, streamed: its body is decoded, parsed and written a chunk of
     `metric_chunk_points` points at a time, all in the one transaction that stores its
@@ -82,7 +84,7 @@ async def upload_metrics(
 
 
 async def upload_episodes(
-    state: ServerState, request: Request, run: dict[str, Any], key: str | None, stream: str
+    state: ServerState, request: Request, run: RunRow, key: str | None, stream: str
 ) -> dict[str, Any]:
     """An episodes or traces upload: the SDK's batch, or NDJSON (see the module docstring)."""
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
@@ -101,7 +103,7 @@ async def upload_episodes(
 async def _upload_batch(
     state: ServerState,
     request: Request,
-    run: dict[str, Any],
+    run: RunRow,
     key: str | None,
     stream: str,
     ticket: Ticket,
@@ -111,7 +113,7 @@ async def _upload_batch(
     # The SDK sends a batch as the bytes it stored: a replay is the same bytes.
     digest = await run_in_threadpool(_sha256, body)
     if key is not None:
-        prior = await state.store.receipt(run["seq"], stream, key, digest)
+        prior = await state.store.read(get_receipt, run["seq"], stream, key, digest)
         if prior is not None:
             return prior
     header, segment = await run_in_threadpool(
@@ -125,7 +127,7 @@ async def _upload_batch(
         key = str(header.get("key") or "")
         if not key or len(key) > MAX_KEY_CHARS:
             raise bad_request("invalid_batch", "the batch header has no usable key")
-        prior = await state.store.receipt(run["seq"], stream, key, digest)
+        prior = await state.store.read(get_receipt, run["seq"], stream, key, digest)
         if prior is not None:
             return prior
     return await _commit(state, run, key, stream, segment, digest)
@@ -133,7 +135,7 @@ async def _upload_batch(
 
 async def _commit(
     state: ServerState,
-    run: dict[str, Any],
+    run: RunRow,
     key: str,
     stream: str,
     segment: Segment,
@@ -170,7 +172,7 @@ def decode_limits(settings: ServerSettings) -> DecodeLimits:
 async def receive(
     state: ServerState,
     request: Request,
-    run: dict[str, Any],
+    run: RunRow,
     kind: str,
     key: str | None,
     ticket: Ticket,
@@ -188,7 +190,7 @@ async def receive(
     encoding = request.headers.get("content-encoding")
     measured = await run_in_threadpool(survey, body, encoding, decode_limits(settings))
     key = key if key is not None else f"sha256:{measured.digest}"
-    prior = await state.store.receipt(run["seq"], kind, key, measured.digest)
+    prior = await state.store.read(get_receipt, run["seq"], kind, key, measured.digest)
     if prior is not None:
         return Upload(b"", key, measured.digest, prior)
     ticket.hold(measured.size)
@@ -267,7 +269,7 @@ def _bad_row(lineno: int, message: str) -> Exception:
 
 async def ingest_records(
     state: ServerState,
-    run: dict[str, Any],
+    run: RunRow,
     data: bytes,
     key: str,
     stream: str,
@@ -284,7 +286,7 @@ async def ingest_records(
     the key is the client's) refuses the key reused with another body. The caller has admitted
     the request and checked the run.
     """
-    prior = await state.store.receipt(run["seq"], stream, key, digest)
+    prior = await state.store.read(get_receipt, run["seq"], stream, key, digest)
     if prior is not None:
         return prior
     segment = await run_in_threadpool(build_segment, data, run["kind"])

@@ -27,6 +27,7 @@ from .body import iter_objects
 from .errors import bad_request
 from .ingest import receive  # the shared receive step: body, receipt, decompression
 from .state import ServerState
+from .store.rows import RunRow
 from .store.runs import require_running_or_grace
 
 __all__ = ["MAX_LINE_CHARS", "STREAM_PATTERN", "parse_logs", "upload_logs"]
@@ -38,7 +39,7 @@ _STREAM = re.compile(STREAM_PATTERN)
 
 
 async def upload_logs(
-    state: ServerState, request: Request, run: dict[str, Any], key: str | None
+    state: ServerState, request: Request, run: RunRow, key: str | None
 ) -> dict[str, Any]:
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
     async with state.gate.admit(ingest_owner(request)) as ticket:

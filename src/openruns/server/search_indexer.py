@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from .errors import ApiError
 from .rollouts import Location, load_records, parse, record_text
 from .state import ServerState
+from .store import search
 from .store.search import Document
 
 __all__ = ["build_documents", "follow", "index_round"]
@@ -65,13 +66,13 @@ async def follow(state: ServerState) -> None:
 
 async def index_round(state: ServerState) -> int:
     """Index the next batch of rows; returns how many the round covered (0: none new)."""
-    cursor = await state.store.search_cursor()
-    rows = _bounded(await state.store.search_pending(cursor, BATCH_ROWS))
+    cursor = await state.store.read(search.indexed_seq)
+    rows = _bounded(await state.store.read(search.pending, cursor, BATCH_ROWS))
     if not rows:
         return 0
     docs = _within_text_budget(await run_in_threadpool(build_documents, state, rows))
     newest = docs[-1][0]  # rows after it are read again next round
-    if not await state.store.index_documents(cursor, newest, docs):
+    if not await state.store.write(search.add_documents, cursor, newest, docs):
         return 0  # another replica indexed these
     return len(docs)
 

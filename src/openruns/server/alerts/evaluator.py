@@ -23,7 +23,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import ApiError
@@ -164,7 +164,7 @@ def _transition(
     return Transition(rule["id"], rule["team_id"], run["seq"], subject, holds, full)
 
 
-def run_block(state: ServerState, run: dict[str, Any]) -> dict[str, Any]:
+def run_block(state: ServerState, run: Mapping[str, Any]) -> dict[str, Any]:
     """What a delivery says of its run."""
     return {
         "id": run["id"],

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
-from ..auth import Principal
+from ..auth import Principal, acting_team
 from ..errors import forbidden, not_found
 from ..handlers import JSON
 from ..routes.deps import Caller, State, decode_cursor, encode_cursor, writable_run
@@ -51,12 +51,7 @@ async def create_rule(body: RuleBody, state: State, caller: Caller) -> JSON:
     """Create a rule for the key's team (or one project of it). Its webhook's signing secret
     is in the answer (`webhook.secret`)."""
     _team_caller(caller)
-    if caller.team_id is None:
-        team_id = body.team_id or "default"
-    elif body.team_id in (None, caller.team_id):
-        team_id = caller.team_id
-    else:
-        raise forbidden(f"this API key belongs to team {caller.team_id!r}, not {body.team_id!r}")
+    team_id = acting_team(caller, body.team_id)
     fields = {
         "team_id": team_id,
         "project": body.project,

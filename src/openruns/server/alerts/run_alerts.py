@@ -27,6 +27,7 @@ from ..ingest import receive
 from ..state import ServerState
 from ..store import alerts
 from ..store.alerts import Transition
+from ..store.rows import RunRow
 from ..store.runs import require_running_or_grace
 from .evaluator import run_block
 
@@ -40,7 +41,7 @@ NONFINITE = ("nan", "inf", "-inf")
 
 
 async def upload_run_alerts(
-    state: ServerState, request: Request, run: dict[str, Any], key: str | None
+    state: ServerState, request: Request, run: RunRow, key: str | None
 ) -> dict[str, Any]:
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
     async with state.gate.admit(ingest_owner(request)) as ticket:

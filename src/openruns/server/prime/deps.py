@@ -15,10 +15,11 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 
 from ...errors import ConfigurationError
 from ...spec import CONFIG_SOURCE_KEY, MAX_ERROR_CHARS, ConfigSource, cut_text
-from ..auth import ANONYMOUS, Principal, check_run, principal_for
+from ..auth import ANONYMOUS, Principal, acting_team, check_run, principal_for
 from ..errors import bad_request, forbidden
 from ..limits import note_caller
 from ..state import ServerState, server_state
+from ..store.rows import RunRow
 
 __all__ = [
     "PrimeCaller",
@@ -58,26 +59,19 @@ PrimeCaller = Annotated[Principal, Depends(_prime_caller)]
 
 def new_run_team(state: ServerState, caller: Principal, requested: str | None) -> str:
     """
-    The team a run created through the Prime wire belongs to: the API key's team (a body
-    naming another team is refused, as the native create does), or, with auth off, the body's
-    team_id or `default`. An empty team_id (PRIME_TEAM_ID="") counts as none.
+    The team a run created through the Prime wire belongs to: auth.acting_team, its refusal
+    naming PRIME_TEAM_ID; a run token cannot create runs.
     """
     if not caller.can_create:
         raise forbidden("a run token cannot create runs; use an API key as PRIME_API_KEY")
-    requested = requested or None
-    if caller.team_id is None:
-        return requested or "default"
-    if requested not in (None, caller.team_id):
-        raise forbidden(
-            f"this API key belongs to team {caller.team_id!r}, not {requested!r}: "
-            f"set PRIME_TEAM_ID={caller.team_id} (or pass team_id={caller.team_id!r})"
-        )
-    return caller.team_id
+    return acting_team(
+        caller, requested, hint="set PRIME_TEAM_ID={team} (or pass team_id={team!r})"
+    )
 
 
 async def prime_run(
     state: ServerState, caller: Principal, run_id: str, write: bool = True
-) -> dict[str, Any]:
+) -> RunRow:
     """The run a Prime call names; 404 when this caller cannot see it (as the native API)."""
     if not run_id or len(run_id) > 256:
         raise bad_request("invalid_run_id", "run_id must be a run id of this server")
@@ -145,7 +139,7 @@ def viewer_url(request: Request, state: ServerState, run_id: str) -> str:
     return f"{base.rstrip('/')}/runs/{run_id}"
 
 
-def default_step(run: dict[str, Any]) -> int | None:
+def default_step(run: RunRow) -> int | None:
     """
     The step an episode that names none is indexed at: 0 in an eval run (an evaluation is one
     step, as for the native SDK, whose step counter starts at 0), none in a training run (its

@@ -9,6 +9,7 @@ an eval naming an environment never fails to start for want of a `prime env push
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
@@ -16,6 +17,7 @@ from pydantic import BaseModel, StringConstraints
 
 from ..handlers import JSON
 from ..routes.deps import State
+from ..store import prime as prime_sql
 from .deps import PrimeCaller, new_run_team
 
 __all__ = ["router"]
@@ -34,7 +36,7 @@ class ResolveBody(BaseModel):
 async def resolve(body: ResolveBody, state: State, caller: PrimeCaller) -> JSON:
     """The id of the team's environment `name`, created on first use: `{"data": {"id"}}`."""
     team = new_run_team(state, caller, body.team_id)
-    env = await state.store.prime_environment(team, team, body.name)
+    env = await state.store.write(prime_sql.resolve_environment, team, team, body.name, time.time())
     return JSON({"data": _public(env)})
 
 
@@ -47,7 +49,7 @@ async def latest(
 ) -> JSON:
     """The environment `owner/name` (created on first use), with no version of its own."""
     team = new_run_team(state, caller, None)
-    env = await state.store.prime_environment(team, owner, name)
+    env = await state.store.write(prime_sql.resolve_environment, team, owner, name, time.time())
     return JSON({"data": _public(env)})
 
 

@@ -15,6 +15,7 @@ kind eval.
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
@@ -24,6 +25,7 @@ from ...identity import new_run_id
 from ..errors import bad_request
 from ..handlers import JSON
 from ..routes.deps import State
+from ..store import prime as prime_sql
 from .deps import (
     PrimeCaller,
     config_document,
@@ -81,7 +83,7 @@ async def create_evaluation(
     """Create an eval run; environments are the ids the hub calls handed out (or any id)."""
     team = new_run_team(state, caller, body.team_id)
     ids = [env.id for env in body.environments]
-    names = await state.store.prime_environment_names(team, ids)
+    names = await state.store.read(prime_sql.environment_names, team, ids)
     # The name shown for an id the hub calls did not hand out is the id itself.
     environments = [
         {"id": e.id, "name": names.get(e.id, e.id)}
@@ -99,7 +101,7 @@ async def create_evaluation(
         "tags": body.tags,
         "config": config_document(body.metadata),
     }
-    run = await state.store.prime_create_run(team, fields)
+    run = await state.store.write(prime_sql.create_run, team, fields, time.time())
     return JSON(
         {
             "evaluation_id": run["id"],
@@ -124,7 +126,9 @@ async def update_evaluation(
     run = await prime_run(state, caller, evaluation_id)
     if body.metadata is not None or body.metrics is not None:
         config = config_document(body.metadata) if body.metadata else None
-        await state.store.prime_update_run(run, config, body.metrics or None)
+        await state.store.write(
+            prime_sql.update_run, run["seq"], config, body.metrics or None, time.time()
+        )
     if body.status is not None:
         status, error = terminal_status(body.status, body.error_message)
         if status == "completed":

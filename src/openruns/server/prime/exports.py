@@ -18,6 +18,7 @@ from ..routes.deps import Caller, State, readable_run
 from ..routes.export import ExportReport, blob_lines, ndjson_to_the_end
 from ..segment_reads import DamagedSegment
 from ..state import ServerState
+from ..store import prime as prime_sql
 from ..store.metrics import MAX_STEP
 
 __all__ = ["router"]
@@ -32,7 +33,7 @@ router = APIRouter(tags=["prime: sample tables"])
 async def eval_samples(run_id: str, state: State, caller: Caller) -> StreamingResponse:
     """Every eval sample row pushed to the run, as sent, in the order they arrived."""
     run = await readable_run(state, caller, run_id)
-    objects = await state.store.prime_objects(run["seq"], "eval_samples")
+    objects = await state.store.read(prime_sql.list_objects, run["seq"], "eval_samples")
     report = ExportReport(run["id"])
     body = ndjson_to_the_end(b"", _rows(state, objects, report), report)
     return StreamingResponse(body, media_type="application/x-ndjson")
@@ -58,7 +59,7 @@ async def train_samples(
     """The run's training-samples Parquet objects (of one step): several per step are one
     table, as the platform's viewer reads them (keyed by step and sample_id)."""
     run = await readable_run(state, caller, run_id)
-    objects = await state.store.prime_objects(run["seq"], "train_samples", step)
+    objects = await state.store.read(prime_sql.list_objects, run["seq"], "train_samples", step)
     items = [
         {k: o[k] for k in ("id", "step", "bytes", "rows", "created_at")}
         | {"url": f"/api/v1/runs/{run['id']}/prime/train-samples/{o['id']}"}
@@ -79,7 +80,7 @@ async def train_samples_object(
 ) -> Response:
     """One Parquet object, byte for byte."""
     run = await readable_run(state, caller, run_id)
-    objects = await state.store.prime_objects(run["seq"], "train_samples")
+    objects = await state.store.read(prime_sql.list_objects, run["seq"], "train_samples")
     found = [o for o in objects if o["id"] == object_id]
     if not found:
         raise not_found(f"run {run_id!r} has no training-samples object {object_id}")

@@ -31,6 +31,7 @@ from ..handlers import JSON
 from ..ingest import MAX_KEY_CHARS
 from ..routes.deps import State
 from ..state import ServerState
+from ..store import prime as prime_sql
 from ..store.metrics import MAX_STEP
 from ..store.runs import require_running_or_grace
 from .deps import (
@@ -117,7 +118,7 @@ async def create_external_run(body: ExternalRunCreate, state: State, caller: Pri
     team = new_run_team(state, caller, body.team_id)
     _require_training_team(state, team)
     ids = [env.id for env in body.environments]
-    names = await state.store.prime_environment_names(team, ids)
+    names = await state.store.read(prime_sql.environment_names, team, ids)
     fields = {
         "id": new_run_id(),
         "kind": "train",
@@ -131,7 +132,7 @@ async def create_external_run(body: ExternalRunCreate, state: State, caller: Pri
         "config": config_document(body.run_config),
         "training": {k: v for k in _TRAINING_FIELDS if (v := getattr(body, k)) is not None},
     }
-    run = await state.store.prime_create_run(team, fields)
+    run = await state.store.write(prime_sql.create_run, team, fields, time.time())
     return JSON({"run": {"id": run["id"], "name": run["name"], "status": "RUNNING"}}, 201)
 
 
@@ -175,7 +176,9 @@ async def post_metrics(
         else:
             values[name] = number
     key = "prime:sha256:" + hashlib.sha256(await request.body()).hexdigest()
-    await state.store.prime_metric_row(run["seq"], key, step, values, ts)
+    await state.store.write(
+        prime_sql.ingest_metric_row, run["seq"], key, step, values, ts, time.time()
+    )
     return JSON({"data": {"status": "success", "ignored": sorted(ignored)}})
 
 

@@ -30,6 +30,8 @@ from ..body import DecodeLimits, decompress, read_body
 from ..errors import bad_request
 from ..ingest import decode_limits, ingest_records
 from ..state import ServerState
+from ..store import prime as prime_sql
+from ..store.rows import RunRow
 from ..store.runs import require_running_or_grace
 from .deps import default_step
 from .parquet import info_texts
@@ -45,7 +47,7 @@ __all__ = [
 _TRAIN_KEY = re.compile(r"runs/(\d+)/prime/train-samples/(\d+)/[0-9a-f]{24}\.parquet")
 
 
-async def store_eval_samples(state: ServerState, request: Request, run: dict[str, Any]) -> int:
+async def store_eval_samples(state: ServerState, request: Request, run: RunRow) -> int:
     """Keep one samples request and store its episodes; the number of rows. A repeat of the
     same bytes stores nothing."""
     settings = state.settings
@@ -64,20 +66,28 @@ async def store_eval_samples(state: ServerState, request: Request, run: dict[str
             ),
         )
         key = f"samples:sha256:{hashlib.sha256(data).hexdigest()}"
-        prior = await state.store.prime_upload_receipt(run["seq"], key)
+        prior = await state.store.read(prime_sql.upload_receipt, run["seq"], key)
         if prior is not None:
             return int(prior["samples"])
         rows, blob, episodes = await run_in_threadpool(_split_rows, data, run)
         blob_key = f"runs/{run['seq']}/prime/eval-samples/{secrets.token_hex(12)}.ndjson.zst"
         await run_in_threadpool(state.blobs.put_atomic, blob_key, blob)
         await _store_episodes(state, run, episodes)
-        await state.store.prime_add_object(
-            run["seq"], "eval_samples", None, blob_key, len(blob), rows, (key, {"samples": rows})
+        await state.store.write(
+            prime_sql.add_object,
+            run["seq"],
+            "eval_samples",
+            None,
+            blob_key,
+            len(blob),
+            rows,
+            (key, {"samples": rows}),
+            time.time(),
         )
         return rows
 
 
-def _split_rows(data: bytes, run: dict[str, Any]) -> tuple[int, bytes, bytes]:
+def _split_rows(data: bytes, run: RunRow) -> tuple[int, bytes, bytes]:
     """(rows, the rows as zstd NDJSON, the NDJSON of their stamped episodes)."""
     try:
         document = orjson.loads(data)
@@ -119,7 +129,7 @@ def train_samples_run(blob_key: str) -> int:
 
 
 async def confirm_train_samples(
-    state: ServerState, run: dict[str, Any], step: int, blob_key: str, caller: str
+    state: ServerState, run: RunRow, step: int, blob_key: str, caller: str
 ) -> int:
     """Register a Parquet object PUT to its presigned URL and store its episodes; its rows.
     `caller`: whose upload slot it takes (admission.ingest_owner)."""
@@ -142,13 +152,21 @@ async def confirm_train_samples(
             _parquet_episodes, data, run, decode_limits(state.settings)
         )
         await _store_episodes(state, run, episodes)
-        await state.store.prime_add_object(
-            run["seq"], "train_samples", step, blob_key, len(data), rows, None
+        await state.store.write(
+            prime_sql.add_object,
+            run["seq"],
+            "train_samples",
+            step,
+            blob_key,
+            len(data),
+            rows,
+            None,
+            time.time(),
         )
         return rows
 
 
-def _parquet_episodes(data: bytes, run: dict[str, Any], limits: DecodeLimits) -> tuple[int, bytes]:
+def _parquet_episodes(data: bytes, run: RunRow, limits: DecodeLimits) -> tuple[int, bytes]:
     """(rows, the NDJSON of the stamped episodes inside the rows' `info` column), decoded
     within `limits` (parquet.info_texts: 413 past them)."""
     rows, texts = info_texts(data, limits)
@@ -161,7 +179,7 @@ def _parquet_episodes(data: bytes, run: dict[str, Any], limits: DecodeLimits) ->
     return rows, _episode_lines(infos, run)
 
 
-def _episode_lines(infos: Iterable[Any], run: dict[str, Any]) -> bytes:
+def _episode_lines(infos: Iterable[Any], run: RunRow) -> bytes:
     """The NDJSON of the episodes in rows' `info.native_wrapper`, stamped with the run as
     Prime Traces would have stamped them (the SDK puts them there unstamped)."""
     out = []
@@ -172,7 +190,7 @@ def _episode_lines(infos: Iterable[Any], run: dict[str, Any]) -> bytes:
     return b"".join(out)
 
 
-async def _store_episodes(state: ServerState, run: dict[str, Any], lines: bytes) -> None:
+async def _store_episodes(state: ServerState, run: RunRow, lines: bytes) -> None:
     if lines:
         key = f"sha256:{hashlib.sha256(lines).hexdigest()}"
         await ingest_records(state, run, lines, key, "episodes", default_step(run))

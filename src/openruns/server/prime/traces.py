@@ -39,6 +39,8 @@ from ..handlers import JSON
 from ..ingest import decode_limits, ingest_records
 from ..routes.deps import State
 from ..state import ServerState
+from ..store import prime as prime_sql
+from ..store.rows import RunRow
 from ..store.runs import require_running_or_grace
 from .deps import PrimeCaller, default_step, prime_run
 
@@ -114,7 +116,7 @@ async def upload_traces(
 
 async def _store(
     state: ServerState,
-    run: dict[str, Any],
+    run: RunRow,
     part: bytes,
     data: bytes,
     digest: str,
@@ -122,7 +124,7 @@ async def _store(
 ) -> None:
     """One run's lines of the batch: stored once, whatever the number of replays."""
     key = f"sha256:{digest}"
-    prior = await state.store.prime_upload_receipt(run["seq"], key)
+    prior = await state.store.read(prime_sql.upload_receipt, run["seq"], key)
     if prior is not None:
         if prior.get("line_format") != line_format:
             raise conflict(
@@ -133,7 +135,9 @@ async def _store(
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
     part_key = key if part is data else f"sha256:{await run_in_threadpool(_sha256, part)}"
     await ingest_records(state, run, part, part_key, _LINE_FORMATS[line_format], default_step(run))
-    await state.store.prime_put_upload_receipt(run["seq"], key, {"line_format": line_format})
+    await state.store.write(
+        prime_sql.put_upload_receipt, run["seq"], key, {"line_format": line_format}, time.time()
+    )
 
 
 def _sha256(data: bytes) -> str:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request
 from ..annotations import public, upload_annotations
 from ..handlers import JSON
 from ..models import AnnotationsPage, AnnotationsReceipt
+from ..store.annotations import page as annotations_page
 from .deps import Caller, State, decode_cursor, encode_cursor, readable_run, writable_run
 from .metrics import NDJSON_BODY, UploadKey
 
@@ -47,8 +48,8 @@ async def list_annotations(
     """Annotations as sent (plus `producer` and `ts`), in the order they were stored."""
     run = await readable_run(state, caller, run_id)
     after = decode_cursor(cursor, ((int,),))
-    rows = await state.store.annotation_page(
-        run["seq"], after[0] if after else 0, limit + 1, episode_id
+    rows = await state.store.read(
+        annotations_page, run["seq"], after[0] if after else 0, limit + 1, episode_id
     )
     next_cursor = encode_cursor([rows[limit - 1]["seq"]]) if len(rows) > limit else None
     return JSON({"items": [public(r) for r in rows[:limit]], "next_cursor": next_cursor})

@@ -27,6 +27,7 @@ from ..errors import bad_request
 from ..limits import note_caller
 from ..security import check_same_origin
 from ..state import ServerState, server_state
+from ..store.rows import RunRow
 
 __all__ = [
     "Caller",
@@ -66,21 +67,21 @@ Caller = Annotated[Principal, Depends(_caller)]
 State = Annotated[ServerState, Depends(server_state)]
 
 
-async def readable_run(state: ServerState, caller: Principal, run_id: str) -> dict[str, Any]:
+async def readable_run(state: ServerState, caller: Principal, run_id: str) -> RunRow:
     run = await state.store.get_run(run_id, caller.team_id)
     check_run(caller, run, run_id, write=False)
     assert run is not None
     return run
 
 
-async def writable_run(state: ServerState, caller: Principal, run_id: str) -> dict[str, Any]:
+async def writable_run(state: ServerState, caller: Principal, run_id: str) -> RunRow:
     run = await state.store.get_run(run_id, caller.team_id)
     check_run(caller, run, run_id, write=True)
     assert run is not None
     return run
 
 
-def public_run(state: ServerState, run: dict[str, Any]) -> dict[str, Any]:
+def public_run(state: ServerState, run: RunRow) -> dict[str, Any]:
     out = {k: v for k, v in run.items() if k not in ("seq", "create_key")}
     out["url"] = state.run_url(run["id"])
     return out

@@ -14,6 +14,8 @@ from ..handlers import JSON
 from ..ingest import upload_episodes
 from ..models import EpisodesPage, EpisodesReceipt, StepRow
 from ..segment_reads import read_record as read_stored_record
+from ..store import episodes as episode_sql
+from ..store.annotations import of_episode as annotations_of_episode
 from ..store.metrics import MAX_STEP
 from .deps import Caller, State, decode_cursor, encode_cursor, readable_run, writable_run
 from .metrics import NDJSON_BODY, UploadKey
@@ -75,8 +77,15 @@ async def steps(
     many of them are off-policy (trained at another step than dispatched at)."""
     run = await readable_run(state, caller, run_id)
     return JSON(
-        await state.store.steps(
-            run["seq"], stream, step_min, by=by, kind=kind, subset=subset, env=env
+        await state.store.read(
+            episode_sql.steps,
+            run["seq"],
+            stream,
+            step_min,
+            by=by,
+            kind=kind,
+            subset=subset,
+            env=env,
         )
     )
 
@@ -105,7 +114,8 @@ async def list_episodes(
     record's row (the step it was indexed at, its reward as the index reads it)."""
     run = await readable_run(state, caller, run_id)
     after = decode_cursor(cursor, ((int, float, type(None)), (int,)))
-    items, last = await state.store.list_episodes(
+    items, last = await state.store.read(
+        episode_sql.list_episodes,
         run["seq"],
         stream=stream,
         step=step,
@@ -145,12 +155,12 @@ async def get_episode(
     index before anything is decoded: a record is answered as stored, or 410 naming its
     segment (docs/security.md)."""
     run = await readable_run(state, caller, run_id)
-    where = await state.store.locate_episode(run["seq"], episode_id)
+    where = await state.store.read(episode_sql.locate, run["seq"], episode_id)
     if where is None:
         raise not_found(f"run {run_id!r} has no episode or trace {episode_id!r}")
     record = await run_in_threadpool(read_stored_record, state.blobs, where)
     if annotations:
-        rows = await state.store.annotations_of(run["seq"], episode_id)
+        rows = await state.store.read(annotations_of_episode, run["seq"], episode_id)
         if rows:
             record = await run_in_threadpool(fold, record, rows)
     return Response(record, media_type="application/json")

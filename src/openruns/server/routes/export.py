@@ -40,6 +40,8 @@ from ..annotations import public
 from ..errors import ApiError
 from ..segment_reads import DamagedSegment, Location, RecordReader, WholeBlobs, iter_lines
 from ..state import ServerState
+from ..store import episodes, metric_times, metrics
+from ..store.annotations import page as annotations_page
 from ..store.episodes import INDEX_COLUMNS
 from ..store.metrics import is_kind
 from .deps import Caller, State, readable_run
@@ -202,15 +204,17 @@ async def ndjson_to_the_end(
 async def _metric_pages(
     state: ServerState, seq: int, kind: str | None
 ) -> AsyncIterator[tuple[str, list[tuple[int | None, float, float | None]]]]:
-    keys = [(n, k) for n, k in await state.store.metric_key_ids(seq) if is_kind(n, kind)]
+    keys = [(n, k) for n, k in await state.store.read(metrics.run_keys, seq) if is_kind(n, kind)]
     for name, key_id in keys:
         after = -1
-        while page := await state.store.metric_points(key_id, after, METRICS_PAGE):
+        while page := await state.store.read(metrics.points_page, key_id, after, METRICS_PAGE):
             yield name, list(page)
             after = page[-1][0]
     for name, key_id in keys:
         after_ts = float("-inf")
-        while timed := await state.store.metric_time_points(key_id, after_ts, METRICS_PAGE):
+        while timed := await state.store.read(
+            metric_times.time_points_page, key_id, after_ts, METRICS_PAGE
+        ):
             yield name, [(None, value, ts) for ts, value in timed]
             after_ts = timed[-1][0]
 
@@ -257,14 +261,16 @@ async def _episode_pages(
     whole = all(v is None for v in filters.values())
     reader = RecordReader(WholeBlobs(state.blobs) if whole else state.blobs)
     after = 0
-    while rows := await state.store.episode_page(seq, stream, after, EPISODES_PAGE, **filters):
+    while rows := await state.store.read(
+        episodes.page_for_export, seq, stream, after, EPISODES_PAGE, **filters
+    ):
         yield rows, await run_in_threadpool(_read_records, reader, rows, report)
         after = rows[-1]["seq"]
 
 
 async def _annotations_ndjson(state: ServerState, seq: int) -> AsyncIterator[bytes]:
     after = 0
-    while rows := await state.store.annotation_page(seq, after, EPISODES_PAGE):
+    while rows := await state.store.read(annotations_page, seq, after, EPISODES_PAGE):
         yield b"".join(orjson.dumps(public(r)) + b"\n" for r in rows)
         after = rows[-1]["seq"]
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request
 from ..handlers import JSON
 from ..logs import STREAM_PATTERN, upload_logs
 from ..models import LogsPage, LogsReceipt
+from ..store import logs as log_sql
 from .deps import Caller, State, readable_run, writable_run
 from .metrics import NDJSON_BODY, UploadKey
 
@@ -57,7 +58,8 @@ async def read_logs(
     how many lines the run printed and how many were dropped (`gap_offset`: where).
     """
     run = await readable_run(state, caller, run_id)
-    items = await state.store.log_page(
+    items = await state.store.read(
+        log_sql.page,
         run["seq"],
         stream=stream,
         source=source,
@@ -66,4 +68,4 @@ async def read_logs(
         limit=limit,
         newest=tail,
     )
-    return JSON({"items": items, "totals": await state.store.log_totals(run["seq"])})
+    return JSON({"items": items, "totals": await state.store.read(log_sql.totals, run["seq"])})

@@ -11,7 +11,7 @@ from ..errors import bad_request
 from ..handlers import JSON
 from ..ingest import MAX_KEY_CHARS, upload_metrics
 from ..models import MetricKey, MetricKeyPage, MetricSeries, MetricsReceipt
-from ..store import key_pages
+from ..store import key_pages, metric_times, metrics
 from ..store.key_pages import KeyOrder
 from ..store.metrics import MAX_STEP, is_kind
 from .deps import Caller, State, decode_cursor, encode_cursor, readable_run, writable_run
@@ -105,7 +105,7 @@ async def metric_keys(
                 f"this run has {keys} metric keys, more than {MAX_KEYS_UNPAGED} in one answer: "
                 "read them in pages (limit=, cursor=; q= or prefix= to search)",
             )
-        return JSON(await state.store.metric_keys(run["seq"]))
+        return JSON(await state.store.read(metrics.key_stats, run["seq"]))
     order = order or "name"
     after = decode_cursor(cursor, _KEY_CURSORS[order])
     page = await state.store.read(
@@ -146,15 +146,15 @@ async def metric_series(
             raise _too_many_series(f"this run has {count} metric keys")
     if kind is not None:
         if names is None:
-            names = [name for name, _ in await state.store.metric_key_ids(run["seq"])]
+            names = [name for name, _ in await state.store.read(metrics.run_keys, run["seq"])]
         names = [n for n in names if is_kind(n, kind)]
     if names is not None and len(names) > MAX_SERIES_KEYS:
         raise _too_many_series(f"{len(names)} keys were asked for")
-    series, downsampled = await state.store.metric_series(
-        run["seq"], names, step_min, step_max, max_points
+    series, downsampled = await state.store.read(
+        metrics.series, run["seq"], names, step_min, step_max, max_points
     )
-    timed, timed_downsampled = await state.store.metric_time_series(
-        run["seq"], names, ts_min, ts_max, max_points
+    timed, timed_downsampled = await state.store.read(
+        metric_times.time_series, run["seq"], names, ts_min, ts_max, max_points
     )
     return JSON({"series": series, "downsampled": downsampled or timed_downsampled, "time": timed})
 

@@ -28,6 +28,9 @@ from ..models import EpisodeRow
 from ..rollouts import Location, load_records, parse, record_preview, record_text, snippets
 from ..rollouts import Query as SearchQuery
 from ..state import ServerState
+from ..store import rewards as rewards_sql
+from ..store import search as search_sql
+from ..store import timeline as timeline_sql
 from ..store.metrics import MAX_STEP
 from .deps import Caller, State, decode_cursor, encode_cursor, readable_run
 
@@ -107,7 +110,8 @@ async def search(
     if not query:
         raise bad_request("invalid_query", "q has no words to search for")
     after = decode_cursor(cursor, ((int,),))
-    hits = await state.store.search(
+    hits = await state.store.read(
+        search_sql.search,
         run["seq"],
         query,
         stream=stream,
@@ -124,7 +128,7 @@ async def search(
     hits, next_cursor = await hits_page(state, hits, limit, query)
     for hit in hits:
         del hit["run_seq"]
-    progress = await state.store.search_progress(run["seq"])
+    progress = await state.store.read(search_sql.run_progress, run["seq"])
     return JSON({"items": hits, "next_cursor": next_cursor, **progress})
 
 
@@ -144,7 +148,7 @@ async def previews(
     wanted = list(dict.fromkeys(i for i in ids.split(",") if i))
     if len(wanted) > MAX_PREVIEWS:
         raise bad_request("too_many_ids", f"at most {MAX_PREVIEWS} ids per call")
-    found = await state.store.locations(run["seq"], wanted)
+    found = await state.store.read(search_sql.locations, run["seq"], wanted)
     return JSON(await run_in_threadpool(_previews, state, found))
 
 
@@ -165,8 +169,8 @@ async def rewards(
     """The rewards of one step's records, ascending (at most 100,000), and how many of the
     step's records have none."""
     run = await readable_run(state, caller, run_id)
-    found = await state.store.step_rewards(
-        run["seq"], stream, step, by=by, kind=kind, subset=subset
+    found = await state.store.read(
+        rewards_sql.step_rewards, run["seq"], stream, step, by=by, kind=kind, subset=subset
     )
     return JSON({"step": step, **found})
 
@@ -188,7 +192,9 @@ async def reward_quantiles(
     at its last step."""
     run = await readable_run(state, caller, run_id)
     return JSON(
-        await state.store.reward_quantiles(run["seq"], stream, step_min, step_max, max_points, kind)
+        await state.store.read(
+            rewards_sql.reward_quantiles, run["seq"], stream, step_min, step_max, max_points, kind
+        )
     )
 
 
@@ -202,7 +208,7 @@ async def timeline(
     """(step, wall time) anchors from the run's metric timestamps, ascending, at most
     `points`: a step's time is interpolated between them. Empty without timed metrics."""
     run = await readable_run(state, caller, run_id)
-    return JSON(await state.store.timeline(run["seq"], points))
+    return JSON(await state.store.read(timeline_sql.timeline, run["seq"], points))
 
 
 # -- reading records ------------------------------------------------------------------------
@@ -215,7 +221,7 @@ async def hits_page(
     with the snippets of its record's text, `seq` dropped (its `run_seq` is the caller's)."""
     next_cursor = encode_cursor([hits[limit - 1]["seq"]]) if len(hits) > limit else None
     hits = hits[:limit]
-    found = await state.store.places([h["seq"] for h in hits])
+    found = await state.store.read(search_sql.places, [h["seq"] for h in hits])
     texts = await run_in_threadpool(record_texts, state, [found.get(h["seq"]) for h in hits])
     for hit, text in zip(hits, texts, strict=True):
         del hit["seq"]

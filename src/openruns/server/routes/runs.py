@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, Query
 
 from ...identity import new_run_id
-from ..auth import run_token
+from ..auth import acting_team, run_token
 from ..errors import bad_request, conflict, forbidden
 from ..handlers import JSON
 from ..models import RunCreate, RunCreated, RunFinish, RunList, RunOut, RunPatch, Status
@@ -24,6 +24,7 @@ from ..queries.language import (
 )
 from ..store.run_query import RunQuery
 from ..store.runs import check_run_id, request_stop
+from ..store.runs import heartbeat as record_heartbeat
 from .deps import (
     Caller,
     State,
@@ -63,12 +64,7 @@ async def create_run(
         check_run_id(body.id)
     if not caller.can_create:
         raise forbidden("a run token cannot create runs; use an API key")
-    if caller.team_id is None:
-        team_id = body.team_id or "default"
-    elif body.team_id in (None, caller.team_id):
-        team_id = caller.team_id
-    else:
-        raise forbidden(f"this API key belongs to team {caller.team_id!r}, not {body.team_id!r}")
+    team_id = acting_team(caller, body.team_id)
     fields = body.model_dump(exclude={"team_id", "config"})
     fields["id"] = body.id or new_run_id()
     fields["config"] = body.config.model_dump(exclude_none=True) if body.config else None
@@ -252,4 +248,4 @@ async def stop_run(run_id: str, state: State, caller: Caller) -> JSON:
 async def heartbeat(run_id: str, state: State, caller: Caller) -> JSON:
     """The owner is alive; answers the run's status (a finished run stays finished)."""
     run = await writable_run(state, caller, run_id)
-    return JSON({"status": await state.store.heartbeat(run)})
+    return JSON({"status": await state.store.write(record_heartbeat, run["seq"], time.time())})

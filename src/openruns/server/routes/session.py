@@ -20,6 +20,7 @@ read from the body only: never from a URL, never logged.
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Annotated
 
 from fastapi import APIRouter, Request
@@ -30,6 +31,7 @@ from ..auth import SESSION_COOKIE, hash_session_token
 from ..errors import bad_request, unauthorized
 from ..handlers import JSON
 from ..security import check_same_origin, client_address, is_https
+from ..store import keys, sessions
 from ..store.keys import KEY_PREFIX
 from .deps import State
 
@@ -60,7 +62,11 @@ async def session(request: Request, state: State) -> JSON:
     if not state.auth_enabled:
         return JSON(_session_out(False, None, None))
     cookie = request.cookies.get(SESSION_COOKIE)
-    found = await state.store.session(hash_session_token(cookie)) if cookie else None
+    found = (
+        await state.store.read(sessions.session_caller, hash_session_token(cookie), time.time())
+        if cookie
+        else None
+    )
     if found is None:
         return JSON(_session_out(True, None, None))
     _, team_id, expires_at = found
@@ -82,7 +88,7 @@ async def sign_in(body: SignIn, request: Request, state: State) -> Response:
         raise bad_request("auth_off", "this server does not require sign-in (auth is off)")
     state.sign_in_limiter.check(client_address(request))
     key = body.key.strip()
-    found = await state.store.team_of_key(key) if key.startswith(KEY_PREFIX) else None
+    found = await state.store.read(keys.team_of_key, key) if key.startswith(KEY_PREFIX) else None
     if found is None:
         raise unauthorized(
             "this is not a valid API key (unknown or revoked; keys start with ork_ and come "
@@ -91,8 +97,10 @@ async def sign_in(body: SignIn, request: Request, state: State) -> Response:
     key_id, team_id = found
     token = secrets.token_urlsafe(32)
     lifetime = state.settings.session_lifetime
-    expires_at = await state.store.open_session(
-        hash_session_token(token), key_id, team_id, lifetime
+    now = time.time()
+    expires_at = now + lifetime
+    await state.store.write(
+        sessions.open_session, hash_session_token(token), key_id, team_id, now, expires_at
     )
     response = JSON(_session_out(True, team_id, expires_at))
     response.set_cookie(
@@ -113,7 +121,7 @@ async def sign_out(request: Request, state: State) -> Response:
     check_same_origin(request, state.settings)
     cookie = request.cookies.get(SESSION_COOKIE)
     if cookie and state.auth_enabled:
-        await state.store.close_session(hash_session_token(cookie))
+        await state.store.write(sessions.close_session, hash_session_token(cookie))
     response = Response(status_code=204)
     response.delete_cookie(
         SESSION_COOKIE, path="/", secure=is_https(request), httponly=True, samesite="strict"

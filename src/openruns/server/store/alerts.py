@@ -26,6 +26,7 @@ import orjson
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
 
 from .receipts import get_receipt, put_receipt
+from .rows import RunRow
 from .schema import (
     alert_activity,
     alert_deliveries,
@@ -367,7 +368,7 @@ def _queue(
 def queue_run_alerts(
     conn: Connection,
     rules: list[dict[str, Any]],
-    run: dict[str, Any],
+    run: RunRow,
     events: list[tuple[str, dict[str, Any]]],
     now: float,
 ) -> int:
@@ -385,7 +386,7 @@ def queue_run_alerts(
 
 def ingest_run_alerts(
     conn: Connection,
-    run: dict[str, Any],
+    run: RunRow,
     key: str,
     digest: str | None,
     rules: list[dict[str, Any]],

@@ -226,6 +226,7 @@ def mark_trained(conn: Connection, run_seq: int, steps: dict[str, int]) -> None:
 
 def list_episodes(
     conn: Connection,
+    /,
     run_seq: int,
     *,
     stream: str,
@@ -295,6 +296,7 @@ def locate(conn: Connection, run_seq: int, episode_id: str) -> dict[str, Any] | 
 
 def steps(
     conn: Connection,
+    /,
     run_seq: int,
     stream: str,
     step_min: int | None = None,
@@ -333,6 +335,7 @@ def steps(
 
 def page_for_export(
     conn: Connection,
+    /,
     run_seq: int,
     stream: str,
     after_seq: int,

@@ -21,6 +21,7 @@ from ...spec import RunStatus
 from ..errors import conflict
 from . import metrics, runs
 from .receipts import get_receipt, put_receipt
+from .rows import RunRow
 from .schema import prime_environments, prime_objects
 from .schema import runs as runs_table
 from .sql import insert_ignore, lock_run
@@ -91,9 +92,7 @@ def environment_names(conn: Connection, team_id: str, ids: list[str]) -> dict[st
     return {row[0]: row[1] for row in conn.execute(query)}
 
 
-def create_run(
-    conn: Connection, team_id: str, fields: dict[str, Any], now: float
-) -> dict[str, Any]:
+def create_run(conn: Connection, team_id: str, fields: dict[str, Any], now: float) -> RunRow:
     run, _ = runs.create_run(conn, team_id, fields, None, now)
     conn.execute(
         update(runs_table)

@@ -2,7 +2,7 @@
 Run rows: create, read, list, patch, finish, heartbeat, crash sweep. Functions over a
 Connection, called by Store inside one read or write transaction.
 
-A run row comes back as a dict with the JSON columns decoded, plus `seq` (internal key).
+A run row comes back as a `rows.RunRow`: the JSON columns decoded, plus `seq` (internal key).
 Statuses are spec.RunStatus values. Every rule that must hold across server replicas is
 enforced by the database: a create replay finds the row the unique constraints kept (insert
 or ignore, then read), finishing and crashing are compare-and-sets from `running`, a summary
@@ -18,7 +18,8 @@ sweeper) and `status_history` every change after creation, so the run shows both
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import orjson
 from sqlalchemy import Connection, RowMapping, and_, delete, insert, or_, select, update
@@ -29,6 +30,7 @@ from ..errors import ApiError, bad_request, conflict
 from ..queries.config_values import config_values
 from . import alerts, metrics, run_query
 from .deletion import refuse_deleted_id
+from .rows import ListedRun, RunRow
 from .run_query import RunQuery
 from .schema import run_tags, runs
 from .sql import insert_ignore
@@ -104,17 +106,17 @@ def config_columns(config: dict[str, Any] | None, field: str) -> dict[str, str |
     }
 
 
-def _run(row: RowMapping | dict[str, Any]) -> dict[str, Any]:
+def _run(row: RowMapping | dict[str, Any]) -> RunRow:
     out = dict(row)
     out.pop("config_values", None)  # read by filters only; the run shows its config
     for name in JSON_COLUMNS:
         if out[name] is not None:
             out[name] = orjson.loads(out[name])
     out["group"] = out.pop("group_name", None)  # "group" is an SQL keyword; the API says group
-    return out
+    return cast(RunRow, out)
 
 
-def get_run(conn: Connection, run_id: str, team_id: str | None = None) -> dict[str, Any] | None:
+def get_run(conn: Connection, run_id: str, team_id: str | None = None) -> RunRow | None:
     """The run `run_id` of team `team_id`. Ids are unique within a team; with no team (auth
     off, where ids are kept unique across teams at create) the first run made with that id."""
     query = select(runs).where(runs.c.id == run_id)
@@ -124,7 +126,7 @@ def get_run(conn: Connection, run_id: str, team_id: str | None = None) -> dict[s
     return _run(row) if row else None
 
 
-def get_run_by_seq(conn: Connection, seq: int) -> dict[str, Any] | None:
+def get_run_by_seq(conn: Connection, seq: int) -> RunRow | None:
     row = conn.execute(select(runs).where(runs.c.seq == seq)).mappings().first()
     return _run(row) if row else None
 
@@ -142,7 +144,7 @@ def create_run(
     create_key: str | None,
     now: float,
     ids_per_team: bool = True,
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[RunRow, bool]:
     """
     Insert a run, or return the one this create already made: (run, created). A replayed
     Idempotency-Key, or an `id` that exists in the same team, returns the existing run. Ids are
@@ -231,7 +233,7 @@ def _first_heartbeat(fields: dict[str, Any], created_at: float, now: float) -> f
 
 def _existing(
     conn: Connection, team_id: str, run_id: str, create_key: str | None, ids_per_team: bool
-) -> dict[str, Any] | None:
+) -> RunRow | None:
     """The run this create already made (by Idempotency-Key, else by id), if any."""
     if create_key is not None:
         row = (
@@ -263,7 +265,7 @@ def list_runs(
     group: str | None = None,
     project: str | None = None,
     query: RunQuery | None = None,
-) -> list[dict[str, Any]]:
+) -> list[ListedRun]:
     """Newest first; up to `limit` runs with seq below `before_seq`. With a `query` (a filter,
     sort and columns, store/run_query.py) in its order from its cursor; each run then carries
     `sort_value` and `values` (the query's columns)."""
@@ -292,7 +294,7 @@ def list_runs(
     if before_seq is not None:
         select_runs = select_runs.where(runs.c.seq < before_seq)
     page_query = select_runs.order_by(runs.c.seq.desc()).limit(limit)
-    return [_run(row) for row in conn.execute(page_query).mappings()]
+    return [cast(ListedRun, _run(row)) for row in conn.execute(page_query).mappings()]
 
 
 def patch_run(conn: Connection, seq: int, changes: dict[str, Any], now: float) -> None:
@@ -426,7 +428,7 @@ def heartbeat(conn: Connection, seq: int, now: float) -> str:
     return status
 
 
-def is_swept(run: dict[str, Any]) -> bool:
+def is_swept(run: Mapping[str, Any]) -> bool:
     """Whether `run` is crashed by the sweeper's guess only (still open to its owner)."""
     return run["status"] == CRASHED and run.get("status_by") == SWEEPER
 
@@ -443,7 +445,7 @@ def _record_status(conn: Connection, seq: int, status: str, by: str, now: float)
 
 
 def stale_error(
-    run: dict[str, Any], now: float, timeout: float, listening_since: float = 0.0
+    run: Mapping[str, Any], now: float, timeout: float, listening_since: float = 0.0
 ) -> str | None:
     """
     The crash message when `run` is running and silent past `timeout`, else None. Silence
@@ -513,7 +515,7 @@ def _json_or_null(value: Any, field: str) -> str | None:
     return None if value is None else dump_json(value, field)
 
 
-def require_running_or_grace(run: dict[str, Any], now: float, grace: float) -> None:
+def require_running_or_grace(run: RunRow, now: float, grace: float) -> None:
     """409 for an upload to a run finished longer than `grace` seconds ago by its owner (one
     the sweeper crashed takes its owner's late data: sync after an outage, issue 20)."""
     finished = run["finished_at"]

@@ -24,6 +24,7 @@ from ..errors import ApiError, bad_request
 from ..logs import MAX_LINE_CHARS
 from . import logs, metrics, runs
 from .metrics import MetricPoints
+from .rows import RunRow
 from .schema import (
     log_lines,
     metric_keys,
@@ -111,7 +112,7 @@ def upsert_run(
     config: ConfigUpdate | None,
     now: float,
     ids_per_team: bool,
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[RunRow, bool]:
     """
     UpsertBucket: create run `fields["id"]` in the team (with its W&B row), or update it with
     the fields given (None: unchanged). `fields["resume"]`: a process starts on the run, so a
@@ -248,7 +249,7 @@ def ingest_stream(
     return {"stopped": run["stop_requested_at"] is not None, "tables": tables}
 
 
-def _outcome(conn: Connection, run: dict[str, Any], exitcode: int | None) -> tuple[str, str | None]:
+def _outcome(conn: Connection, run: RunRow, exitcode: int | None) -> tuple[str, str | None]:
     if not exitcode:
         return RunStatus.COMPLETED.value, None
     if run["stop_requested_at"] is not None:

@@ -23,6 +23,7 @@ from graphql import GraphQLResolveInfo
 from ..auth import check_run
 from ..errors import ApiError, bad_request
 from ..store import runs as store_runs
+from ..store.rows import RunRow
 from .deps import WireCaller
 from .files import check_file_name, upload_url
 
@@ -46,7 +47,7 @@ def _decode(value: object, kind: str) -> tuple[int, str, str]:
     raise bad_request("invalid_id", f"{str(value)[:80]!r} is not an {kind} id of this server")
 
 
-async def _run_of(info: Info, run_seq: int) -> tuple[WireCaller, dict[str, Any]]:
+async def _run_of(info: Info, run_seq: int) -> tuple[WireCaller, RunRow]:
     caller: WireCaller = info.context
     run = await caller.state.store.read(store_runs.get_run_by_seq, run_seq)
     check_run(caller.principal, run, str(run_seq), write=True)

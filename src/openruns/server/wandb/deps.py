@@ -13,18 +13,17 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.requests import Request
 
-from ..auth import ANONYMOUS, Principal, check_run, principal_for
-from ..errors import forbidden
+from ..auth import ANONYMOUS, DEFAULT_TEAM, Principal, acting_team, check_run, principal_for
 from ..limits import note_caller
 from ..state import ServerState, server_state
+from ..store.rows import RunRow
 
 __all__ = ["DEFAULT_ENTITY", "WireCaller", "wandb_caller"]
 
-DEFAULT_ENTITY = "default"
+DEFAULT_ENTITY = DEFAULT_TEAM
 
 
 @dataclass(frozen=True)
@@ -41,17 +40,11 @@ class WireCaller:
 
     def entity(self, named: str | None) -> str:
         """The team a call naming entity `named` acts in; 403 for another team's entity."""
-        team = self.principal.team_id
-        if team is None:
-            return named or DEFAULT_ENTITY
-        if named not in (None, "", team):
-            raise forbidden(
-                f"this API key belongs to entity {team!r}, not {named!r}: "
-                f"set WANDB_ENTITY={team} (or leave it unset)"
-            )
-        return team
+        return acting_team(
+            self.principal, named, noun="entity", hint="set WANDB_ENTITY={team} (or leave it unset)"
+        )
 
-    async def run(self, entity: str | None, run_id: str, write: bool) -> dict[str, Any] | None:
+    async def run(self, entity: str | None, run_id: str, write: bool) -> RunRow | None:
         """The run `run_id` of the entity, or None when it does not exist (or is not this
         caller's to see: a run token of another run)."""
         team = self.entity(entity)

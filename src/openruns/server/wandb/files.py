@@ -47,6 +47,7 @@ from ..state import ServerState
 from ..store import episodes as store_episodes
 from ..store import runs as store_runs
 from ..store import wandb as store
+from ..store.rows import RunRow
 from . import media, tables
 
 __all__ = ["UPLOAD_PATH", "check_file_name", "read_tables", "router", "upload_url"]
@@ -80,7 +81,7 @@ def check_file_name(name: str) -> str:
     return name
 
 
-def upload_url(request: Request, state: ServerState, run: dict[str, Any], name: str) -> str:
+def upload_url(request: Request, state: ServerState, run: RunRow, name: str) -> str:
     check_file_name(name)
     expires = int(time.time()) + URL_SECONDS
     signature = _signature(state.store.secret, run["seq"], name, expires)
@@ -149,9 +150,7 @@ async def _metadata_file(state: ServerState, run_seq: int, body: bytes) -> None:
         await state.store.write(store.set_metadata, run_seq, metadata)
 
 
-async def read_tables(
-    state: ServerState, run: dict[str, Any], unread: list[dict[str, Any]]
-) -> None:
+async def read_tables(state: ServerState, run: RunRow, unread: list[dict[str, Any]]) -> None:
     """Read each table whose file and history row are both in: its rollouts become episodes
     of its step (tables.episodes_from_table), counted on its media row; another table is
     kept as a table (0 episodes)."""

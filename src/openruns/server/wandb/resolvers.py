@@ -22,6 +22,7 @@ from graphql import GraphQLResolveInfo
 from ...identity import check_run_id
 from ..errors import ApiError, bad_request
 from ..store import wandb as store
+from ..store.rows import RunRow
 from .deps import WireCaller
 from .files import upload_url
 from .history import metric_definitions, parse_object, wandb_values
@@ -46,7 +47,7 @@ def _id(*parts: str) -> str:
     return base64.b64encode(":".join(parts).encode()).decode()
 
 
-def storage_id(run: dict[str, Any]) -> str:
+def storage_id(run: RunRow) -> str:
     """The run's GraphQL id (W&B's `Run:v1:<name>:<project>:<entity>`), which StopRun names."""
     return _id("Run", "v1", run["id"], run["project"], run["team_id"])
 
@@ -112,7 +113,7 @@ async def project_run(
     return await run_node(caller, run) if run is not None else None
 
 
-async def run_node(caller: WireCaller, run: dict[str, Any]) -> dict[str, Any]:
+async def run_node(caller: WireCaller, run: RunRow) -> dict[str, Any]:
     """A run as W&B's schema has it (what RunResumeStatus and QueryRunInfo read)."""
     state = await caller.state.store.read(store.run_state, run["seq"])
     logs = await caller.state.store.read(store.console_line_count, run["seq"])
@@ -148,7 +149,7 @@ async def run_node(caller: WireCaller, run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _native_config(run: dict[str, Any]) -> dict[str, Any]:
+def _native_config(run: RunRow) -> dict[str, Any]:
     """A native run's config, as W&B's {key: {"value": v}} (a JSON config's values)."""
     config = run.get("config") or {}
     if config.get("format") != "json":
@@ -160,7 +161,7 @@ def _native_config(run: dict[str, Any]) -> dict[str, Any]:
     return {k: {"value": v} for k, v in values.items()} if isinstance(values, dict) else {}
 
 
-def _state(run: dict[str, Any]) -> str:
+def _state(run: RunRow) -> str:
     """W&B's word for the run's state."""
     return {
         "running": "running",

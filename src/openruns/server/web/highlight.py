@@ -59,7 +59,8 @@ def render_config(config: dict[str, Any]) -> str:
 @router.get("/ui/runs/{run_id}/config")
 async def config_fragment(run_id: str, state: State, caller: Caller) -> Response:
     run = await readable_run(state, caller, run_id)
-    if not run.get("config"):
+    config = run["config"]
+    if not config:
         return Response(status_code=204)
-    html = await run_in_threadpool(render_config, run["config"])
+    html = await run_in_threadpool(render_config, config)
     return HTMLResponse(html, headers={"Cache-Control": "no-store"})
