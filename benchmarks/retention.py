@@ -32,7 +32,7 @@ import orjson
 
 from openruns.server import serve_in_thread
 from openruns.server.retention.reduce import run_pass
-from openruns.server.retention.rules import RetentionRule
+from openruns.server.retention_policy import RetentionRule
 from openruns.server.segments import build_segment
 from openruns.server.store import Store, open_blobs
 from openruns.server.store import episodes as episode_sql

@@ -23,7 +23,7 @@ from sqlalchemy import update
 from openruns.api import Client
 from openruns.cli import main as openruns_main
 from openruns.server.retention.reduce import run_pass
-from openruns.server.retention.rules import EpisodeRow, RetentionRule, sample
+from openruns.server.retention_policy import EpisodeRow, RetentionRule, sample
 from openruns.server.store import retention as retention_sql
 from openruns.server.store.schema import run_retention
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from openruns.server.config import ServerConfigError, ServerSettings
-from openruns.server.retention.rules import (
+from openruns.server.retention_policy import (
     EpisodeRow,
     RetentionRule,
     RuleError,

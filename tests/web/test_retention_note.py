@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from openruns.server import serve_in_thread
-from openruns.server.retention.rules import RetentionRule
+from openruns.server.retention_policy import RetentionRule
 
 from .. import patience
 from ..browser import own_page

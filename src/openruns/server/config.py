@@ -34,7 +34,7 @@ from ..config_layers import (
     read_config_file,
     refuse_unknown_keys,
 )
-from .retention.rules import DEFAULT_KEEP_PER_STEP, RetentionRule, RuleError, parse_rules
+from .retention_policy import DEFAULT_KEEP_PER_STEP, RetentionRule, RuleError, parse_rules
 
 __all__ = [
     "DEFAULT_PORT",
@@ -364,7 +364,7 @@ class ServerSettings:
         unit_name="s",
         help=f"how often the retention pass runs (at least {MIN_RETENTION_INTERVAL:.0f} s)",
     )
-    # The config file's [[retention]] entries (retention/rules.py): a file key only, no flag
+    # The config file's [[retention]] entries (retention_policy.py): a file key only, no flag
     # or variable; `retention_rules()` adds the one --retention-days makes.
     retention: tuple[RetentionRule, ...] = dataclasses.field(
         default=(), metadata={"file_only": True}

@@ -34,12 +34,12 @@ from typing import Any
 
 from ..deletion import delete_blobs
 from ..errors import ApiError
+from ..retention_policy import EpisodeRow, RetentionRule, rule_for, sample
 from ..segment_reads import DamagedSegment, Location, RecordReader
 from ..segments import Segment, blob_key_for, pack_records
 from ..store import Store
 from ..store import retention as sql
 from ..store.blobs import BlobStore
-from .rules import EpisodeRow, RetentionRule, rule_for, sample
 
 __all__ = ["FIRST_PASS_DELAY", "Plan", "reduce_run", "retain_forever", "run_pass"]
 
