@@ -38,7 +38,7 @@ from sqlalchemy import (
 )
 
 from . import alerts
-from .schema import annotations_table, episode_subsets, episodes, segments
+from .schema import RECORD_LOCATION, annotations_table, episode_subsets, episodes, segments
 from .sql import insert_ignore
 
 __all__ = [
@@ -278,12 +278,7 @@ def locate(conn: Connection, run_seq: int, episode_id: str) -> dict[str, Any] | 
     query = (
         select(
             _e.c.episode_id,
-            _e.c.frame_offset,
-            _e.c.frame_length,
-            _e.c.offset,
-            _e.c.length,
-            _e.c.frames_digest,
-            segments.c.blob_key,
+            *RECORD_LOCATION,
         )
         .join(segments, segments.c.id == _e.c.segment_id)
         .where(_e.c.run_seq == run_seq, _e.c.episode_id == episode_id)
@@ -348,12 +343,7 @@ def page_for_export(
         select(
             *_PUBLIC,
             _e.c.seq,
-            _e.c.frame_offset,
-            _e.c.frame_length,
-            _e.c.offset,
-            _e.c.length,
-            _e.c.frames_digest,
-            segments.c.blob_key,
+            *RECORD_LOCATION,
         )
         .join(segments, segments.c.id == _e.c.segment_id)
         .where(_e.c.run_seq == run_seq, _e.c.stream == stream, _e.c.seq > after_seq)

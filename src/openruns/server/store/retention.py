@@ -40,7 +40,15 @@ import orjson
 from sqlalchemy import Connection, bindparam, delete, func, insert, select, text, update
 
 from ...spec import RunStatus
-from .schema import annotations_table, episode_subsets, episodes, run_retention, runs, segments
+from .schema import (
+    RECORD_LOCATION,
+    annotations_table,
+    episode_subsets,
+    episodes,
+    run_retention,
+    runs,
+    segments,
+)
 from .sql import lock_run
 
 __all__ = [
@@ -165,12 +173,7 @@ def segment_rows(conn: Connection, segment_id: int, seqs: list[int]) -> list[dic
             select(
                 _e.c.seq,
                 _e.c.episode_id,
-                _e.c.frame_offset,
-                _e.c.frame_length,
-                _e.c.offset,
-                _e.c.length,
-                _e.c.frames_digest,
-                segments.c.blob_key,
+                *RECORD_LOCATION,
             )
             .join(segments, segments.c.id == _e.c.segment_id)
             .where(_e.c.segment_id == segment_id, _e.c.seq.in_(seqs[i : i + _IN_CHUNK]))

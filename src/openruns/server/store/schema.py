@@ -304,6 +304,17 @@ episodes = Table(
     sqlite_autoincrement=True,  # seqs of a deleted run's episodes are never reused (0013)
 )
 
+# The columns that locate an episode's record and check it (segment_reads.Location's fields):
+# select them with `.join(segments, segments.c.id == episodes.c.segment_id)`.
+RECORD_LOCATION = (
+    episodes.c.frame_offset,
+    episodes.c.frame_length,
+    episodes.c.offset,
+    episodes.c.length,
+    episodes.c.frames_digest,
+    segments.c.blob_key,
+)
+
 # The cohorts a stored episode was marked into after it was indexed (logged again with another
 # subset: `all` on arrival, then `effective`); a read by subset finds it under each (0011).
 episode_subsets = Table(

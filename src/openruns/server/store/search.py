@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, bindparam, func, select, text
 
-from .schema import episodes, segments, server_meta
+from .schema import RECORD_LOCATION, episodes, segments, server_meta
 from .sql import upsert
 
 if TYPE_CHECKING:
@@ -57,17 +57,7 @@ PG_LATE_SEQS = 10_000
 Document = tuple[int, int, str, str | None, str]
 
 _e = episodes
-_LOCATION = (
-    _e.c.seq,
-    _e.c.run_seq,
-    _e.c.stream,
-    _e.c.frame_offset,
-    _e.c.frame_length,
-    _e.c.offset,
-    _e.c.length,
-    _e.c.frames_digest,
-    segments.c.blob_key,
-)
+_LOCATION = (_e.c.seq, _e.c.run_seq, _e.c.stream, *RECORD_LOCATION)
 
 
 def _postgres(conn: Connection) -> bool:
