@@ -15,9 +15,13 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-# What a page shows may wait for Plotly's bundle to compile, which can take seconds on a
-# loaded 2-core machine: assertions wait as long as actions do (playwright's default is 5 s).
-expect.set_options(timeout=15_000)
+from .patience import PAGE
+
+PAGE_MS = PAGE * 1000
+
+# What a page shows waits on its fetches and drawing, which took over 15 s on a 2-core machine
+# at load 17: assertions wait as long as actions do (playwright's default is 5 s).
+expect.set_options(timeout=PAGE_MS)
 
 CHROMIUM = os.environ.get("OPENRUNS_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -67,7 +71,7 @@ def _request_failed(request, problems: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def own_page(browser, base_url: str, timeout: float = 15_000) -> Iterator:
+def own_page(browser, base_url: str, timeout: float = PAGE_MS) -> Iterator:
     """A page in a browser context of its own at `base_url`; its errors fail the test."""
     context = browser.new_context(viewport=VIEWPORT, base_url=base_url)
     context.set_default_timeout(timeout)

@@ -13,3 +13,4 @@ from __future__ import annotations
 START = 300.0  # a subprocess (a server, moto, PostgreSQL, an SDK script) to come up
 EXIT = 300.0  # a subprocess to do its work and exit, or to exit after a signal
 SETTLE = 120.0  # the system under test to reach a state it reaches by itself (a thread done)
+PAGE = 60.0  # a dashboard page to show what it shows (its fetches, a chart engine's start, drawing)

@@ -38,7 +38,7 @@ def logged(server, tmp_path_factory):
 
 @pytest.fixture
 def page(browser, server):
-    with own_page(browser, server.url, timeout=30_000) as page:
+    with own_page(browser, server.url) as page:
         yield page
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from openruns.server import ServerHandle, serve_in_thread
 
-from ..browser import VIEWPORT, own_page, watch
+from ..browser import PAGE_MS, VIEWPORT, own_page, watch
 from .seed import Seeded, seed
 
 # Where screenshot() saves: a temporary directory, unless OPENRUNS_SCREENSHOTS names one
@@ -46,7 +46,7 @@ def context(browser, server) -> Iterator:
     """One browser context for the session, so its HTTP cache keeps Plotly's bundle (served
     with a year's max-age) across tests, as a person's browser would."""
     context = browser.new_context(viewport=VIEWPORT, base_url=server.url)
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(PAGE_MS)
     yield context
     context.close()
 

@@ -12,7 +12,9 @@ import openruns
 from openruns.demo import make_episode
 from openruns.server import ServerHandle, serve_in_thread
 
-LIVE_MS = 15_000  # a poll (2-3 s) plus the SDK's upload
+from ..browser import PAGE_MS
+
+LIVE_MS = PAGE_MS  # a poll (2-3 s) plus the SDK's upload, on a loaded machine
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 
 from openruns.server import ServerHandle, serve_in_thread
 
+from .. import patience
 from ..browser import own_page
 
 KEYS = 20_000
@@ -22,7 +23,8 @@ def many(tmp_path_factory) -> Iterator[tuple[ServerHandle, str]]:
     """A server of its own with one finished run of 20,000 keys logged at steps 0-1 (the
     `hot/*` ones at steps 0-2: the most recent)."""
     handle = serve_in_thread(tmp_path_factory.mktemp("many-keys") / "data")
-    with httpx.Client(base_url=handle.url + "/api/v1", timeout=60) as http:
+    # One upload of 40,000 points across 20,000 keys: over 60 s at load 17 (its block summaries).
+    with httpx.Client(base_url=handle.url + "/api/v1", timeout=patience.SETTLE) as http:
         run = http.post("/runs", json={"kind": "train", "name": "many-keys"}).json()
         values = {f"layer{i // 100:03d}/unit{i % 100:02d}": float(i) for i in range(KEYS - 10)}
         hot = {f"hot/m{i}": float(i) for i in range(10)}
@@ -41,7 +43,7 @@ def many(tmp_path_factory) -> Iterator[tuple[ServerHandle, str]]:
 
 @pytest.fixture
 def page(browser, many) -> Iterator:
-    with own_page(browser, many[0].url, timeout=30_000) as page:
+    with own_page(browser, many[0].url) as page:
         yield page
 
 

@@ -7,12 +7,12 @@ from urllib.parse import parse_qs, urlparse
 
 from playwright.sync_api import expect
 
-from ..browser import VIEWPORT, watch
+from ..browser import PAGE_MS, VIEWPORT, watch
 
 
 def test_filter_and_sort_in_the_url(browser, server, seeded):
     context = browser.new_context(viewport=VIEWPORT, base_url=server.url)
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(PAGE_MS)
     page = context.new_page()
     problems = watch(page)
     rows = page.locator("#runs tbody tr[data-run-id]")

@@ -19,7 +19,7 @@ from openruns.cli import main as openruns_main
 from openruns.rundir import batch_key
 from openruns.server import ServerHandle, serve_in_thread
 
-from ..browser import VIEWPORT
+from ..browser import PAGE_MS, VIEWPORT
 
 # Reports every Content-Security-Policy violation a page meets (Chromium also logs them).
 WATCH_CSP = """
@@ -74,7 +74,7 @@ def test_signing_in_holds_a_session_never_the_key(browser, auth_server):
     red_run = _seed(server.url, keys["red"], "team-red-run")
     blue_run = _seed(server.url, keys["blue"], "team-blue-run")
     context = browser.new_context(viewport=VIEWPORT, base_url=server.url)
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(PAGE_MS)
     context.add_init_script(WATCH_CSP)
     urls: list[str] = []
     page_errors: list[str] = []
