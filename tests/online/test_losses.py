@@ -132,6 +132,7 @@ def test_finish_is_retried_within_its_budget_and_else_left_tosynced(server, tmp_
     assert (doc["status"], doc["error"]) == ("failed", "RuntimeError: diverged")
 
 
+@pytest.mark.slow  # two server starts: 48 s alone at load 11-15
 def test_acknowledged_batches_leave_the_spool(server_process, tmp_path):
     proc = server_process().start()
     run = openruns.init(kind="train", base_url=proc.url, dir=tmp_path / "local")

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
-
-from graphql import GraphQLResolveInfo
+from typing import TYPE_CHECKING, Any
 
 from ..auth import check_run
 from ..errors import ApiError, bad_request
@@ -29,7 +27,10 @@ from .files import check_file_name, upload_url
 
 __all__ = ["RESOLVERS"]
 
-Info = GraphQLResolveInfo
+if TYPE_CHECKING:  # graphql-core is imported with the endpoint's first request (graphql.py)
+    from graphql import GraphQLResolveInfo
+
+    Info = GraphQLResolveInfo
 
 
 def _encode(kind: str, run_seq: int, client_id: str, digest: str = "") -> str:

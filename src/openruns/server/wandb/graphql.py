@@ -16,31 +16,24 @@ except those the SDK must see as HTTP: 401 (a wrong key: the SDK's own auth erro
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import OrderedDict
 from importlib import resources
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 from fastapi import APIRouter, Request
-from graphql import (
-    DocumentNode,
-    ExecutionResult,
-    GraphQLError,
-    GraphQLSchema,
-    build_schema,
-    execute,
-    parse,
-    validate,
-)
-from graphql.pyutils import is_awaitable
 
 from ..errors import ApiError, bad_request
 from ..handlers import JSON
 from . import artifacts, resolvers
 from .deps import wandb_caller
 
-__all__ = ["SCHEMA", "router"]
+if TYPE_CHECKING:
+    from graphql import DocumentNode, GraphQLError, GraphQLSchema
+
+__all__ = ["router", "schema"]
 
 logger = logging.getLogger("openruns.server.wandb")
 router = APIRouter(tags=["wandb"], include_in_schema=False)
@@ -50,19 +43,24 @@ _CACHE_SIZE = 256
 _MAX_LOGGED = 1000
 
 
-def _schema() -> GraphQLSchema:
+@functools.cache
+def schema() -> GraphQLSchema:
+    """The schema with its resolvers, built at the endpoint's first request: graphql-core and
+    the schema's build are a tenth of `openruns server`'s start-up (and of every test server's),
+    paid only by a server that W&B's SDK talks to."""
+    from graphql import build_schema
+
     text = resources.files(__package__).joinpath("schema.graphql").read_text("utf-8")
     # Its scalars (JSONString, Int64, the whole-object inputs) pass values through as they are.
-    schema = build_schema(text)
+    built = build_schema(text)
     for module in (resolvers, artifacts):
         for type_name, fields in module.RESOLVERS.items():
-            graphql_type: Any = schema.get_type(type_name)
+            graphql_type: Any = built.get_type(type_name)
             for field_name, resolve in fields.items():
                 graphql_type.fields[field_name].resolve = resolve
-    return schema
+    return built
 
 
-SCHEMA = _schema()
 _documents: OrderedDict[str, tuple[DocumentNode | None, list[GraphQLError]]] = OrderedDict()
 _logged: set[str] = set()
 
@@ -79,6 +77,9 @@ async def graphql_endpoint(request: Request) -> JSON:
 
 
 async def _answer(request: Request) -> JSON:
+    from graphql import ExecutionResult, execute
+    from graphql.pyutils import is_awaitable
+
     caller = await wandb_caller(request)
     body = await request.body()  # a JSON route's: limits.BodyLimit caps it
     try:
@@ -96,7 +97,7 @@ async def _answer(request: Request) -> JSON:
         _log_once(operation, errors)
         return JSON({"errors": [e.formatted for e in errors]})
     executed = execute(
-        SCHEMA,
+        schema(),
         document,
         context_value=caller,
         variable_values=variables,
@@ -116,6 +117,8 @@ async def _answer(request: Request) -> JSON:
 
 def _document(query: str) -> tuple[DocumentNode | None, list[GraphQLError]]:
     """The parsed, validated document (None and the errors when it is not valid), cached."""
+    from graphql import GraphQLError, parse, validate
+
     cached = _documents.get(query)
     if cached is not None:
         _documents.move_to_end(query)
@@ -126,7 +129,7 @@ def _document(query: str) -> tuple[DocumentNode | None, list[GraphQLError]]:
         found: tuple[DocumentNode | None, list[GraphQLError]] = (None, [exc])
     else:
         assert document is not None
-        errors = validate(SCHEMA, document)
+        errors = validate(schema(), document)
         found = (None, errors) if errors else (document, [])
     _documents[query] = found
     if len(_documents) > _CACHE_SIZE:

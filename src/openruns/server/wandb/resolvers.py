@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import base64
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from graphql import GraphQLResolveInfo
 
 from ...identity import check_run_id
 from ..errors import ApiError, bad_request
@@ -32,7 +31,10 @@ __all__ = ["RESOLVERS", "run_node", "storage_id"]
 DEFAULT_WANDB_PROJECT = "uncategorized"  # W&B's project of a run that names none
 # Features this server declares: console lines in the structured form (level, time, label).
 FEATURES = ("STRUCTURED_CONSOLE_LOGS",)
-Info = GraphQLResolveInfo
+if TYPE_CHECKING:  # graphql-core is imported with the endpoint's first request (graphql.py)
+    from graphql import GraphQLResolveInfo
+
+    Info = GraphQLResolveInfo
 # The SDK's telemetry (config `_wandb.t`, "3": the features in use) numbers shared mode 67
 # (wandb_telemetry.proto, Feature.shared_mode).
 SHARED_MODE_FEATURE = 67
