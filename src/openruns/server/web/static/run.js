@@ -19,7 +19,8 @@ import {
   api, apiSend, fill, apiUrl, downloadLink, formatDuration, formatNumber, formatTime, h, linkRow, navigableRows,
   isInternalKey, pathParts, poll, rewardMeans, runDuration, runLabel, runTitle, showError, showMissing, statusBadge, timeCell, envName, View,
 } from "./common.js";
-import { ChartGrid, chartId, runColors, settingsBar } from "./charts.js";
+import { runColors, settingsBar } from "./charts.js";
+import { ChartGrid, chartId } from "./grid.js";
 import { ChartedKeys, recentKeys } from "./keys.js";
 import { LogsView } from "./logs.js";
 import { MediaSection } from "./media.js";
