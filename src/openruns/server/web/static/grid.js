@@ -10,7 +10,7 @@
 // costs its empty box only. Charts of the collapsed system section wait until it is opened.
 
 import { api, h, prefs } from "./common.js";
-import { BandChart, NO_STEPS, SeriesChart, TimeChart, Timeline, followSettings, timeAsSteps } from "./charts.js";
+import { BandChart, NO_STEPS, SeriesChart, TimeChart, Timeline, followSettings, settings, timeAsSteps } from "./charts.js";
 import { ValueTable } from "./values.js";
 
 const KEYS_PER_READ = 8; // metric keys asked for in one request while the grid loads
@@ -143,8 +143,9 @@ export class ChartGrid {
     return box;
   }
 
-  // A step chart's x menu: the settings' axis, or any metric logged by step (listed when the
-  // menu is opened, so keys that arrived later are there).
+  // A step chart's x menu: the settings' axis, or any metric logged by step (listed once the
+  // chart is drawn, and again when the menu is focused, so keys that arrived later are there;
+  // not before: 200 charts of 200 options each were 40,000 elements).
   xMenu(chart) {
     const select = h("select", { class: "x-key", "aria-label": `x axis of ${chart.key}` });
     const fill = () => {
@@ -154,7 +155,8 @@ export class ChartGrid {
         ...keys.map((k) => h("option", { value: k }, k)));
       select.value = chart.xKey || "";
     };
-    fill();
+    select.append(h("option", { value: chart.xKey || "" }, chart.xKey || "settings axis"));
+    chart.fillMenu = fill;
     select.addEventListener("focus", fill);
     select.addEventListener("change", () => chart.setXKey(select.value));
     return h("figcaption", { class: "x-choice" }, h("label", {}, "x ", select));
@@ -231,7 +233,7 @@ export class ChartGrid {
     const bodies = await Promise.all(this.sources.map((s) => api(`/runs/${encodeURIComponent(s.runId)}/metrics`, {
       keys: names.join(","), max_points: width, step_min: onlyTime ? NO_STEPS : undefined,
     })));
-    await this.timelines;
+    if (settings.xAxis !== "step") await this.timelines; // step axes need no times
     for (const id of this.nearestFirst(ids)) { // the reader may have scrolled meanwhile
       const chart = this.charts.get(id);
       const timed = chart instanceof TimeChart;
@@ -241,6 +243,8 @@ export class ChartGrid {
         return { series, downsampled: stored > series.step.length };
       });
       await chart.accept(answers);
+      chart.fillMenu?.();
+      chart.fillMenu = null;
       await yieldToPage();
     }
   }
