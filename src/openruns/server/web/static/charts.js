@@ -229,6 +229,7 @@ export class SeriesChart {
     this.xData = new Map(); // runId -> the x key's series
     this.uplot = null;
     this.shape = null; // what the uPlot instance was built for: another shape builds anew
+    this.sizeHint = null; // the plot's width measured by the grid with others (one layout, not one each)
     this.steps = []; // per uPlot series (index 1..), the step of each x index, for hover
   }
 
@@ -461,7 +462,7 @@ export class SeriesChart {
 
   options(built) {
     return {
-      width: Math.max(100, this.plot.clientWidth),
+      width: Math.max(100, this.sizeHint ?? this.plot.clientWidth),
       height: HEIGHT,
       title: this.title,
       padding: [8, MARGIN.r, 0, 0],
@@ -553,6 +554,7 @@ export class SeriesChart {
       this.plot.replaceChildren();
       this.shape = shape;
       this.uplot = new uPlot(this.options(built), built.data, this.plot);
+      this.sizeHint = null;
       this.listen(this.uplot);
     } else {
       const x = this.uplot.scales.x;

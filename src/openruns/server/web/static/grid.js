@@ -77,7 +77,7 @@ export class ChartGrid {
     this.reading = 0;
     this.marker = null;
     this.bands = null;
-    this.timelines = Promise.all(this.sources.map((s) => s.timeline.load().catch(() => {})));
+    this.timelines = null; // the runs' /timeline reads, made once a time axis needs them
     this.unfollow = followSettings(() => this.redraw());
     this.near = new Set(); // ids of charts near the viewport (read first; only they, in a big grid)
     this.observer = new IntersectionObserver((entries) => {
@@ -178,7 +178,7 @@ export class ChartGrid {
 
   async refreshBands() {
     if (!this.bands) return;
-    await this.timelines;
+    await this.times();
     await this.bands.load();
   }
 
@@ -201,14 +201,18 @@ export class ChartGrid {
       const taken = new Set(ids);
       this.queue = this.queue.filter((id) => !taken.has(id));
       this.reading += 1;
-      this.readKeys(ids)
+      let released = false;
+      const release = () => { // the next read starts while this one's charts are drawn
+        if (released) return;
+        released = true;
+        this.reading -= 1;
+        this.pump();
+      };
+      this.readKeys(ids, release)
         .catch((error) => {
           for (const id of ids) this.charts.get(id).plot.textContent = `could not load: ${error.message}`;
         })
-        .finally(() => {
-          this.reading -= 1;
-          this.pump();
-        });
+        .finally(release);
     }
   }
 
@@ -225,7 +229,7 @@ export class ChartGrid {
 
   // One read per run for several charts: step series come in `series`, rows logged without a
   // step in `time` (a read of time-keyed charts only skips the step series).
-  async readKeys(ids) {
+  async readKeys(ids, release = () => {}) {
     const width = this.charts.get(ids[0]).width();
     const charts = ids.map((id) => this.charts.get(id));
     const names = [...new Set(charts.map((c) => c.key))];
@@ -233,8 +237,13 @@ export class ChartGrid {
     const bodies = await Promise.all(this.sources.map((s) => api(`/runs/${encodeURIComponent(s.runId)}/metrics`, {
       keys: names.join(","), max_points: width, step_min: onlyTime ? NO_STEPS : undefined,
     })));
-    if (settings.xAxis !== "step") await this.timelines; // step axes need no times
-    for (const id of this.nearestFirst(ids)) { // the reader may have scrolled meanwhile
+    await this.times();
+    release();
+    const order = this.nearestFirst(ids); // the reader may have scrolled meanwhile
+    // Every plot's width in the layout that nearestFirst made: drawing one chart changes the
+    // layout, and reading a width after that would lay the page out again, once per chart.
+    for (const id of order) this.charts.get(id).sizeHint = this.charts.get(id).plot.clientWidth;
+    for (const id of order) {
       const chart = this.charts.get(id);
       const timed = chart instanceof TimeChart;
       const answers = this.sources.map((s, i) => {
@@ -288,9 +297,17 @@ export class ChartGrid {
     return group.querySelector(".charts");
   }
 
+  // When each run's steps happened (its Timeline), read the first time the settings' axis is a
+  // time: a step axis (the default) needs none, and a read of 20 runs' timelines is not free.
+  times() {
+    if (settings.xAxis === "step" && this.timelines === null) return Promise.resolve();
+    this.timelines ??= Promise.all(this.sources.map((s) => s.timeline.load().catch(() => {})));
+    return this.timelines;
+  }
+
   // Every drawn chart again (after a settings change); time axes need the timelines first.
   async redraw() {
-    await this.timelines;
+    await this.times();
     for (const chart of [...this.charts.values(), this.bands].filter(Boolean)) {
       if (!chart.loaded) continue;
       chart.render();
@@ -301,6 +318,7 @@ export class ChartGrid {
   // Newer anchors for time axes of live runs (steps past the last anchor are extrapolated
   // until then).
   refreshTimelines() {
+    if (this.timelines === null) return Promise.resolve(); // not read yet: read when needed
     this.timelines = Promise.all(this.sources.map((s) => s.timeline.load().catch(() => {})));
     return this.timelines;
   }
