@@ -210,25 +210,27 @@ def seed_wide(url: str, keys: int, steps: int) -> str:
     return run_id
 
 
+PARTS = ("run50", "run200", "compare", "keys")
+
+
 def seed(url: str, args: argparse.Namespace, marker: Path) -> dict:
     """The runs every page reads, {"run50": id, "run200": id, "compare": [ids], "keys": id},
-    kept in `marker` part by part (a part seeded before is not seeded again)."""
+    each finished, kept in `marker` part by part (a part seeded before is not seeded again)."""
     seeded: dict = json.loads(marker.read_text()) if marker.exists() else {}
-    parts = {
-        "run50": lambda: seed_wide(url, 50, args.steps),
-        "run200": lambda: seed_wide(url, 200, args.steps),
-        "compare": lambda: [seed_wide(url, 20, args.compare_steps) for _ in range(20)],
-    }
-    for name, make in parts.items():
-        if name not in seeded:
-            seeded[name] = make()
-            marker.write_text(json.dumps(seeded))
-    if "keys" not in seeded:
-        with httpx.Client(base_url=url + "/api/v1", timeout=600) as http:
-            seeded["keys"] = seed_keys(http, args.keys, 5)
-            for run_id in [seeded["run50"], seeded["run200"], seeded["keys"], *seeded["compare"]]:
+    with httpx.Client(base_url=url + "/api/v1", timeout=600) as http:
+        parts = {
+            "run50": lambda: seed_wide(url, 50, args.steps),
+            "run200": lambda: seed_wide(url, 200, args.steps),
+            "compare": lambda: [seed_wide(url, 20, args.compare_steps) for _ in range(20)],
+            "keys": lambda: seed_keys(http, args.keys, 5),
+        }
+        for name in PARTS:
+            if name in seeded:
+                continue
+            seeded[name] = parts[name]()
+            for run_id in seeded[name] if name == "compare" else [seeded[name]]:
                 http.post(f"/runs/{run_id}/finish", json={"status": "completed"}).raise_for_status()
-        marker.write_text(json.dumps(seeded))
+            marker.write_text(json.dumps(seeded))
     return seeded
 
 
@@ -302,7 +304,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()}; code: {args.src}", flush=True)
     marker = args.data_dir.with_suffix(".seeded.json")
-    if "keys" not in (json.loads(marker.read_text()) if marker.exists() else {}):
+    if set(PARTS) - set(json.loads(marker.read_text()) if marker.exists() else {}):
         proc, url = start_server(["--data-dir", str(args.data_dir)], SRC)
         try:
             seed(url, args, marker)

@@ -15,6 +15,7 @@ import { ValueTable } from "./values.js";
 
 const KEYS_PER_READ = 8; // metric keys asked for in one request while the grid loads
 const READS_IN_FLIGHT = 2;
+const DRAW_SLICE_MS = 12; // charts drawn one after another before the page gets a turn
 const EAGER_CHARTS = 60; // a grid of more charts draws those near the viewport only
 const NEAR = "100% 0px"; // how near the viewport a chart is read, in a grid of more
 const SYSTEM_OPEN = "charts.systemOpen"; // the system section's open state, kept in this browser
@@ -75,26 +76,31 @@ export class ChartGrid {
     this.deferred = []; // ... and those in a closed section, until it is opened
     this.values = new ValueTable(this.sources);
     this.reading = 0;
+    this.slice = 0; // when the current run of draws without yielding to the page began
     this.marker = null;
     this.bands = null;
     this.timelines = null; // the runs' /timeline reads, made once a time axis needs them
     this.unfollow = followSettings(() => this.redraw());
-    this.near = new Set(); // ids of charts near the viewport (read first; only they, in a big grid)
-    this.observer = new IntersectionObserver((entries) => {
+    // Which charts are in the viewport and near it, as IntersectionObservers see them (no
+    // layout read of ours: reading boxes after each chart drawn laid the page out each time).
+    this.inView = new Set();
+    this.near = new Set(); // ... within a viewport's height: read first; only they, in a big grid
+    const follow = (set) => (entries) => {
       for (const entry of entries) {
         const id = chartId(entry.target.dataset.key, entry.target.dataset.axis);
-        if (entry.isIntersecting) this.near.add(id);
-        else this.near.delete(id);
+        if (entry.isIntersecting) set.add(id);
+        else set.delete(id);
       }
       this.pump();
-    }, { rootMargin: NEAR });
+    };
+    this.observers = [new IntersectionObserver(follow(this.inView)), new IntersectionObserver(follow(this.near), { rootMargin: NEAR })];
   }
 
   // Stop following the settings and the viewport, and free the charts (the grid is being
   // replaced).
   dispose() {
     this.unfollow();
-    this.observer.disconnect();
+    for (const observer of this.observers) observer.disconnect();
     for (const chart of [...this.charts.values(), this.bands].filter(Boolean)) chart.destroy();
   }
 
@@ -126,7 +132,7 @@ export class ChartGrid {
         box.append(this.xMenu(chart));
       }
       this.charts.set(id, chart);
-      this.observer.observe(box);
+      for (const observer of this.observers) observer.observe(box);
       fresh.push(id);
     }
     for (const group of this.root.querySelectorAll(".group")) {
@@ -196,9 +202,14 @@ export class ChartGrid {
     if (this.reading >= READS_IN_FLIGHT) return;
     let ready = this.charts.size > EAGER_CHARTS ? this.queue.filter((id) => this.near.has(id)) : [...this.queue];
     if (ready.length > 1) ready = this.nearestFirst(ready);
+    // A read asks for as many points as its charts are wide: one read, charts of one width
+    // (a group of one chart spans the section). Widths read once here, one layout.
+    const widths = new Map(ready.map((id) => [id, this.charts.get(id).width()]));
     while (this.reading < READS_IN_FLIGHT && ready.length) {
-      const ids = ready.splice(0, KEYS_PER_READ);
+      const width = widths.get(ready[0]);
+      const ids = ready.filter((id) => widths.get(id) === width).slice(0, KEYS_PER_READ);
       const taken = new Set(ids);
+      ready = ready.filter((id) => !taken.has(id));
       this.queue = this.queue.filter((id) => !taken.has(id));
       this.reading += 1;
       let released = false;
@@ -208,7 +219,7 @@ export class ChartGrid {
         this.reading -= 1;
         this.pump();
       };
-      this.readKeys(ids, release)
+      this.readKeys(ids, width, release)
         .catch((error) => {
           for (const id of ids) this.charts.get(id).plot.textContent = `could not load: ${error.message}`;
         })
@@ -216,21 +227,16 @@ export class ChartGrid {
     }
   }
 
-  // Chart ids by their distance from the viewport now (a stable sort: page order among
-  // equals); charts not laid out (in a closed group, a hidden tab) go last.
+  // Chart ids, those in view first, then those near it (a stable sort: page order among
+  // equals).
   nearestFirst(ids) {
-    const distance = new Map(ids.map((id) => {
-      const box = this.charts.get(id).container.getBoundingClientRect();
-      if (!box.height) return [id, Number.MAX_VALUE];
-      return [id, Math.max(0, box.top - innerHeight, -box.bottom)];
-    }));
-    return [...ids].sort((a, b) => distance.get(a) - distance.get(b));
+    const rank = (id) => (this.inView.has(id) ? 0 : this.near.has(id) ? 1 : 2);
+    return [...ids].sort((a, b) => rank(a) - rank(b));
   }
 
   // One read per run for several charts: step series come in `series`, rows logged without a
   // step in `time` (a read of time-keyed charts only skips the step series).
-  async readKeys(ids, release = () => {}) {
-    const width = this.charts.get(ids[0]).width();
+  async readKeys(ids, width, release) {
     const charts = ids.map((id) => this.charts.get(id));
     const names = [...new Set(charts.map((c) => c.key))];
     const onlyTime = charts.every((c) => c instanceof TimeChart);
@@ -254,7 +260,10 @@ export class ChartGrid {
       await chart.accept(answers);
       chart.fillMenu?.();
       chart.fillMenu = null;
-      await yieldToPage();
+      if (performance.now() - this.slice > DRAW_SLICE_MS) {
+        await yieldToPage();
+        this.slice = performance.now();
+      }
     }
   }
 

@@ -536,11 +536,15 @@ async function tick() {
     if (showMissing(error, `No run ${runId}`)) return false;
     throw error;
   }
-  [wandbSide, retention] = await Promise.all([
+  // Read beside the charts' reads (the header waits for them, the charts do not).
+  const sides = Promise.all([
     wandbSide === undefined ? api(`${base}/wandb`).catch(() => null) : wandbSide,
     // read once: passes are hours apart
     retention === undefined && run.status !== "running" ? api(`${base}/retention`).catch(() => null) : retention,
-  ]);
+  ]).then(([side, kept]) => {
+    wandbSide = side;
+    retention = kept;
+  });
   const first = state.run === null;
   state.run = run;
   grid.sources[0].label = runLabel(run);
@@ -552,7 +556,7 @@ async function tick() {
   }
   const logsOpen = !document.getElementById("panel-logs").hidden;
   const mediaDue = mediaAt === null || (mediaAt !== false && run.status === "running" && Date.now() - mediaAt > MEDIA_MS);
-  await Promise.all([pollMetrics(keysRead), pollSteps(), logsOpen ? logs.poll() : null, mediaDue ? pollMedia() : null]);
+  await Promise.all([sides, pollMetrics(keysRead), pollSteps(), logsOpen ? logs.poll() : null, mediaDue ? pollMedia() : null]);
   if (run.status === "running" && Date.now() - timelineAt > TIMELINE_MS) {
     timelineAt = Date.now();
     grid.refreshTimelines();
