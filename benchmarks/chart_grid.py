@@ -4,8 +4,8 @@ The dashboard's chart grid at fleet scale (issue 21, the dashboard rows), in Deb
 a data directory). The dashboard's code is the server's (it serves its own pages and scripts),
 so `--src` measures another checkout's, e.g. main's Plotly grid before uPlot:
 
-    git archive main src | tar -x -C /tmp/before      # main's code, once
-    uv run python benchmarks/chart_grid.py --data-dir /tmp/grid-data --src /tmp/before/src
+    git archive d03e3eb src | tar -x -C /tmp/before-base    # the Plotly grid (main before it)
+    uv run python benchmarks/chart_grid.py --data-dir /tmp/grid-data --src /tmp/before-base/src
     uv run python benchmarks/chart_grid.py --data-dir /tmp/grid-data   # this tree's
 
 Pages, each opened `--repeats` times in one browser context (the first cold):
