@@ -9,7 +9,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from openruns.server.web.assets import PLOTLY_FILE, PLOTLY_URL
+from openruns.server.web.assets import (
+    PLOTLY_FILE,
+    PLOTLY_URL,
+    UPLOT_CSS_FILE,
+    UPLOT_CSS_URL,
+    UPLOT_JS_FILE,
+    UPLOT_JS_URL,
+)
 from openruns.server.web.highlight import render_config
 
 from .seed import CONFIG_TOML
@@ -62,6 +69,31 @@ def test_plotly_is_the_vendored_bundle_named_by_its_version_and_cached(http):
     assert int(zipped.headers["content-length"]) < len(bundle) / 2
     assert zipped.content == plain.content  # httpx decoded it
     again = http.get(PLOTLY_URL, headers={"If-None-Match": plain.headers["etag"]})
+    assert again.status_code == 304 and again.content == b""
+
+
+@pytest.mark.parametrize(
+    ("name", "url", "media_type"),
+    [(UPLOT_JS_FILE, UPLOT_JS_URL, "text/javascript"), (UPLOT_CSS_FILE, UPLOT_CSS_URL, "text/css")],
+)
+def test_uplot_is_the_vendored_build_named_by_its_version_and_cached(http, name, url, media_type):
+    vendor = STATIC / "static" / "vendor"
+    body = (vendor / name).read_bytes()
+    # The published file, byte for byte (its checksum in VENDOR.md), of the version its name gives.
+    version = re.fullmatch(r"uPlot-([\d.]+)\.(?:iife\.min\.js|min\.css)", name)
+    assert version
+    assert f"`{hashlib.sha256(body).hexdigest()}`" in (vendor / "VENDOR.md").read_text()
+    if name.endswith(".js"):
+        assert body.startswith(
+            f"/*! https://github.com/leeoniya/uPlot (v{version.group(1)}) */".encode()
+        )
+    plain = http.get(url, headers={"Accept-Encoding": "identity"})
+    assert plain.status_code == 200 and plain.content == body
+    assert plain.headers["content-type"].startswith(media_type)
+    assert "immutable" in plain.headers["cache-control"]
+    zipped = http.get(url, headers={"Accept-Encoding": "gzip"})
+    assert zipped.headers["content-encoding"] == "gzip" and zipped.content == body
+    again = http.get(url, headers={"If-None-Match": plain.headers["etag"]})
     assert again.status_code == 304 and again.content == b""
 
 

@@ -9,23 +9,8 @@ import statistics
 import numpy
 from playwright.sync_api import expect
 
+from .chart_view import axes, hover, lines, plot
 from .seed import EPISODE_STEPS, TRAIN_STEPS
-
-
-def plot(page, key: str) -> str:
-    return f'figure.chart[data-key="{key}"] .plot'
-
-
-def traces(page, key: str) -> list[dict]:
-    return page.eval_on_selector(
-        plot(page, key),
-        "(gd) => gd.data.map((t) => ({meta: t.meta, name: t.name, y: t.y, x: t.x,"
-        " opacity: t.opacity ?? 1, color: t.line && t.line.color}))",
-    )
-
-
-def layout(page, key: str, path: str):
-    return page.eval_on_selector(plot(page, key), f"(gd) => gd._fullLayout.{path}")
 
 
 def test_every_chart_is_drawn_without_scrolling_to_it(page, seeded, screenshot):
@@ -99,17 +84,18 @@ def test_smoothing_log_scale_and_time_axes_are_kept_in_the_browser(fresh_page, s
     page.goto(f"/runs/{seeded.train}")
     key = "train/loss"
     expect(page.locator(f'figure.chart[data-key="{key}"]')).to_have_attribute("data-drawn", "true")
-    assert [t["meta"] for t in traces(page, key)] == ["value"]
+    assert [t["meta"] for t in lines(page, key)] == ["value"]
 
     page.eval_on_selector(
         "#smoothing", "(el) => { el.value = '0.9'; el.dispatchEvent(new Event('input')); }"
     )
     expect(page.locator("#smoothing-value")).to_have_text("0.90")
     page.wait_for_function(
-        "(sel) => document.querySelector(sel).data.some((t) => t.meta === 'smoothed')",
-        arg=plot(page, key),
+        "(sel) => document.querySelector(sel).seriesChart.drawn()"
+        ".some((t) => t.meta === 'smoothed')",
+        arg=plot(key),
     )
-    drawn = {t["meta"]: t for t in traces(page, key)}
+    drawn = {t["meta"]: t for t in lines(page, key)}
     raw, smooth = drawn["value"], drawn["smoothed"]
     assert raw["opacity"] < 1 and smooth["color"] == raw["color"]
     # A debiased EMA of the raw values.
@@ -121,20 +107,20 @@ def test_smoothing_log_scale_and_time_axes_are_kept_in_the_browser(fresh_page, s
 
     page.check("#log-y")
     page.wait_for_function(
-        "(sel) => document.querySelector(sel)._fullLayout.yaxis.type === 'log'", arg=plot(page, key)
+        "(sel) => document.querySelector(sel).seriesChart.axes().y.type === 'log'", arg=plot(key)
     )
     page.select_option("#x-axis", "wall")
     page.wait_for_function(
-        "(sel) => document.querySelector(sel)._fullLayout.xaxis.type === 'date'",
-        arg=plot(page, key),
+        "(sel) => document.querySelector(sel).seriesChart.axes().x.type === 'date'",
+        arg=plot(key),
     )
-    assert layout(page, key, "xaxis.title.text") == "wall time"
+    assert axes(page, key)["x"]["title"] == "wall time"
     page.select_option("#x-axis", "relative")
     page.wait_for_function(
-        "(sel) => document.querySelector(sel)._fullLayout.xaxis.title.text.endsWith('since start')",
-        arg=plot(page, key),
+        "(sel) => document.querySelector(sel).seriesChart.axes().x.title.endsWith('since start')",
+        arg=plot(key),
     )
-    xs = next(t for t in traces(page, key) if t["meta"] == "value")["x"]
+    xs = next(t for t in lines(page, key) if t["meta"] == "value")["x"]
     assert xs[0] == 0 and all(b >= a for a, b in zip(xs, xs[1:], strict=False))
 
     # Kept in this browser: the next page load draws the same way.
@@ -143,18 +129,16 @@ def test_smoothing_log_scale_and_time_axes_are_kept_in_the_browser(fresh_page, s
     assert page.input_value("#smoothing") == "0.9"
     assert page.is_checked("#log-y")
     assert page.input_value("#x-axis") == "relative"
-    assert layout(page, key, "yaxis.type") == "log"
-    assert {t["meta"] for t in traces(page, key)} == {"value", "smoothed"}
+    assert axes(page, key)["y"]["type"] == "log"
+    assert {t["meta"] for t in lines(page, key)} == {"value", "smoothed"}
 
 
 def test_hover_shows_values_with_their_step(page, seeded):
     page.goto(f"/runs/{seeded.train}")
     key = "train/loss"
     expect(page.locator(f'figure.chart[data-key="{key}"]')).to_have_attribute("data-drawn", "true")
-    page.eval_on_selector(
-        plot(page, key), "(gd) => Plotly.Fx.hover(gd, [{curveNumber: 0, pointNumber: 100}])"
-    )
-    label = page.locator(f'figure.chart[data-key="{key}"] .hoverlayer')
+    hover(page, key, 100)
+    label = page.locator(f'figure.chart[data-key="{key}"] .u-legend')
     expect(label).to_contain_text("(step 100)")
     expect(label).to_contain_text("0.7358")  # 2 * exp(-1)
 
@@ -163,7 +147,7 @@ def test_reward_bands_are_the_quantiles_of_each_step(page, seeded):
     page.goto(f"/runs/{seeded.train}")
     bands = page.locator("figure.chart.bands")
     expect(bands).to_have_attribute("data-drawn", "true")
-    drawn = {t["meta"]: t for t in traces(page, "episodes/reward quantiles")}
+    drawn = {t["meta"]: t for t in lines(page, "episodes/reward quantiles")}
     assert drawn["p50"]["x"] == list(range(EPISODE_STEPS))
     for step in range(EPISODE_STEPS):
         rewards = seeded.rewards[step]
@@ -181,7 +165,7 @@ def test_a_run_keeps_its_colour_on_every_chart_and_page(page, seeded):
     )
     colours = {}
     for key in ("train/loss", "eval/reward", "train/grad_norm"):
-        for t in traces(page, key):
+        for t in lines(page, key):
             if t["meta"] == "value":
                 colours.setdefault(t["name"], set()).add(t["color"])
     train_name = f"web-train · {seeded.train[-6:]}"
@@ -193,5 +177,5 @@ def test_a_run_keeps_its_colour_on_every_chart_and_page(page, seeded):
     expect(page.locator('figure.chart[data-key="train/loss"]')).to_have_attribute(
         "data-drawn", "true"
     )
-    own = next(t for t in traces(page, "train/loss") if t["meta"] == "value")
+    own = next(t for t in lines(page, "train/loss") if t["meta"] == "value")
     assert {own["color"]} == colours[train_name]

@@ -8,6 +8,7 @@ import re
 
 from playwright.sync_api import expect
 
+from .chart_view import axes, lines
 from .seed import (
     CONSOLE_LINES,
     EPISODES_PER_STEP,
@@ -133,10 +134,9 @@ def test_rows_without_a_step_are_charted_by_wall_time_apart_from_steps(page, see
     expect(timed).to_have_attribute("data-axis", "time")
     expect(timed).to_have_attribute("data-points", str(TIMED_ROWS))
     plot = '[data-section="time"] figure.chart[data-key="inference/tokens_per_s"] .plot'
-    assert page.eval_on_selector(plot, "(gd) => gd._fullLayout.xaxis.type") == "date"
-    values = page.eval_on_selector(
-        plot, "(gd) => gd.data.filter((t) => t.meta === 'value').map((t) => t.y)[0]"
-    )
+    key = "inference/tokens_per_s"
+    assert axes(page, key, "time")["x"]["type"] == "date"
+    values = lines(page, key, "value", "time")[0]["y"]
     assert values == [1000.0 + 10 * i for i in range(TIMED_ROWS)]
     # Never in a step section; eval metrics in their own section, training ones in theirs.
     expect(page.locator('[data-section="train"] figure.chart[data-axis="time"]')).to_have_count(0)
@@ -156,11 +156,9 @@ def test_rows_without_a_step_are_charted_by_wall_time_apart_from_steps(page, see
     # Time since start: the same rows in seconds from the run's start.
     page.select_option("#x-axis", "relative")
     page.wait_for_function(
-        "(sel) => document.querySelector(sel)._fullLayout.xaxis.type === 'linear'", arg=plot
+        "(sel) => document.querySelector(sel).seriesChart.axes().x.type === 'linear'", arg=plot
     )
-    xs = page.eval_on_selector(
-        plot, "(gd) => gd.data.filter((t) => t.meta === 'value').map((t) => t.x)[0]"
-    )
+    xs = lines(page, key, "value", "time")[0]["x"]
     assert 0 <= xs[0] < xs[-1] < 600
     page.select_option("#x-axis", "step")
 

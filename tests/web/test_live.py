@@ -13,6 +13,7 @@ from openruns.demo import make_episode
 from openruns.server import ServerHandle, serve_in_thread
 
 from ..browser import PAGE_MS
+from .chart_view import lines
 
 LIVE_MS = PAGE_MS  # a poll (2-3 s) plus the SDK's upload, on a loaded machine
 
@@ -57,10 +58,7 @@ def test_run_page_appends_points_and_steps_without_reload(page, live_server, tmp
         expect(chart).to_have_attribute("data-points", "11", timeout=LIVE_MS)
         expect(steps).to_have_count(2, timeout=LIVE_MS)
         expect(steps.nth(0)).to_contain_text("step 1")
-        y = page.eval_on_selector(
-            'figure.chart[data-key="live/value"] .plot',
-            "(gd) => gd.data.find((t) => t.meta === 'value').y",
-        )
+        y = lines(page, "live/value", "value")[0]["y"]
         assert y == [float(s) for s in range(11)]
         assert page.evaluate("window.sameDocument") is True  # no reload
         # Only the new points were asked for.

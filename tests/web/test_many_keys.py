@@ -14,6 +14,7 @@ from openruns.server import ServerHandle, serve_in_thread
 
 from .. import patience
 from ..browser import own_page
+from .chart_view import lines, plot
 
 KEYS = 20_000
 
@@ -53,11 +54,15 @@ def test_the_run_page_charts_recent_keys_and_finds_the_others(page, many):
     expect(page.locator("#keys-note")).to_contain_text("20,000 metric keys: 40 charted")
     charts = page.locator("figure.chart")
     expect(charts).to_have_count(40)
-    # The most recently logged first: every hot/* key is charted, and drawn.
+    # The most recently logged first: every hot/* key is charted, and drawn (uPlot's canvas,
+    # holding the key's three values).
     for i in range(10):
         expect(page.locator(f'figure.chart[data-key="hot/m{i}"]')).to_have_attribute(
             "data-drawn", "true"
         )
+    assert lines(page, "hot/m7", "value")[0]["y"] == [7.0, 7.0, 7.0]
+    assert page.locator(f"{plot('hot/m7')} canvas").count() == 1
+    expect(page.locator("#key-search")).to_be_visible()
     # A key far from the recent ones, found by search and charted on demand.
     page.fill("#key-search", "LAYER150/unit4")
     matches = page.locator("#key-matches button")

@@ -174,10 +174,16 @@ def test_every_page_keeps_its_content_security_policy(page, seeded):
         assert headers["x-frame-options"] == "DENY" and headers["referrer-policy"]
         expect(page.locator(ready).first).to_be_visible()
         assert page.evaluate("window.__cspViolations") == [], path
-    # Plotly's styles arrived as the stylesheet, not inline: its layers are positioned.
+    # uPlot's and Plotly's styles arrived as stylesheets, not inline: their layers are
+    # positioned (the run page's charts, the step page's histogram).
     page.goto(f"/runs/{seeded.train}")
     expect(page.locator('figure.chart[data-drawn="true"]').first).to_be_visible()
+    position = page.eval_on_selector(".uplot .u-over", "(el) => getComputedStyle(el).position")
+    assert position == "absolute"
+    page.goto(f"/runs/{seeded.train}/steps/{step}")
+    expect(page.locator("#histogram[data-count]")).to_be_attached()
     position = page.eval_on_selector(
-        ".js-plotly-plot .main-svg", "(el) => getComputedStyle(el).position"
+        "#histogram .js-plotly-plot .main-svg", "(el) => getComputedStyle(el).position"
     )
     assert position == "absolute"
+    assert page.evaluate("window.__cspViolations") == []

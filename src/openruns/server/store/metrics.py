@@ -336,7 +336,11 @@ def _series(
 def _downsample(conn: Connection, key_id: int, lo: int, hi: int, max_points: int) -> list[Summary]:
     span = hi - lo + 1
     level = 0
-    while level < len(BLOCK_SIZES) and BLOCK_SIZES[level] <= span / max_points:
+    # The coarsest blocks at most twice a bucket's ideal width (span / max_points): at most
+    # ~8 x max_points rows read, for at least half as many buckets as asked (issue 21: a
+    # 529 px chart of 100,000 steps read 6,250 rows of 16-step blocks a key, ~30 ms; 391 rows
+    # of 256-step blocks, ~5 ms, for 391 buckets, each min and max exact).
+    while level < len(BLOCK_SIZES) and BLOCK_SIZES[level] <= 2 * span / max_points:
         level += 1
     unit = BLOCK_SIZES[level - 1] if level else 1
     if max_points == 1:

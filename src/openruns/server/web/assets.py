@@ -4,9 +4,11 @@ air-gapped):
 
 - our own CSS and JavaScript (`web/static/`), sent with `Cache-Control: no-cache` and an ETag,
   so a browser revalidates (a 304) and an upgrade shows at once;
-- Plotly's official "cartesian" partial bundle, vendored in `web/static/vendor/` (its source,
-  checksum and how to update it: `static/vendor/VENDOR.md`), at a URL that names its version,
-  so it is cached for a year; and beside it the stylesheet Plotly would otherwise inject as an
+- uPlot's minified build and stylesheet (the metric charts of the run and compare pages), and
+  Plotly's official "cartesian" partial bundle (the step page's reward histogram), vendored in
+  `web/static/vendor/` (their source, checksums and how to update them:
+  `static/vendor/VENDOR.md`), at URLs that name their versions, so they are cached for a year;
+  and beside Plotly's bundle the stylesheet Plotly would otherwise inject as an
   inline <style> (which the pages' Content-Security-Policy forbids), generated from the same
   bundle's rule table: pages link it as `#plotly.js-style-global.no-inline-styles`, Plotly's
   own switch for that;
@@ -34,6 +36,10 @@ from ..errors import not_found
 from .highlight import stylesheet
 
 __all__ = [
+    "UPLOT_CSS_FILE",
+    "UPLOT_CSS_URL",
+    "UPLOT_JS_FILE",
+    "UPLOT_JS_URL",
     "PLOTLY_CSS_URL",
     "PLOTLY_FILE",
     "PLOTLY_URL",
@@ -49,10 +55,14 @@ _TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=ut
 _YEAR = "public, max-age=31536000, immutable"
 
 
-# The vendored bundle's file name names its version (the URL is cached as immutable): an
+# The vendored files' names name their versions (the URL is cached as immutable): an
 # update is a new file and this name (static/vendor/VENDOR.md).
 PLOTLY_FILE = "plotly-cartesian-4.1.1.min.js"
 PLOTLY_URL = f"/static/vendor/{PLOTLY_FILE}"
+UPLOT_JS_FILE = "uPlot-1.6.32.iife.min.js"
+UPLOT_JS_URL = f"/static/vendor/{UPLOT_JS_FILE}"
+UPLOT_CSS_FILE = "uPlot-1.6.32.min.css"
+UPLOT_CSS_URL = f"/static/vendor/{UPLOT_CSS_FILE}"
 PLOTLY_CSS_URL = f"/static/vendor/{PLOTLY_FILE.removesuffix('.min.js')}.css"
 # Plotly's rule table (src/css/_*.scss compiled into the bundle): {"X .modebar": "...", ...},
 # applied by a loop that replaces X and Y; the selectors and rules are quoted JS strings.
@@ -91,9 +101,13 @@ def _own_file(name: str) -> bytes:
     return resources.files(__package__).joinpath("static", name).read_bytes()
 
 
+def _vendored(name: str) -> bytes:
+    return resources.files(__package__).joinpath("static", "vendor", name).read_bytes()
+
+
 def plotly_bundle() -> bytes:
     """The vendored Plotly bundle, as served."""
-    return resources.files(__package__).joinpath("static", "vendor", PLOTLY_FILE).read_bytes()
+    return _vendored(PLOTLY_FILE)
 
 
 def plotly_stylesheet(bundle: str) -> str:
@@ -151,6 +165,22 @@ async def plotly_css(request: Request) -> Response:
         "plotly.css",
         lambda: plotly_stylesheet(plotly_bundle().decode()).encode(),
         _TYPES[".css"],
+    )
+    return _respond(request, asset, _YEAR)
+
+
+@router.get(UPLOT_JS_URL)
+async def uplot_js(request: Request) -> Response:
+    asset = await run_in_threadpool(
+        _load, "uplot.js", lambda: _vendored(UPLOT_JS_FILE), _TYPES[".js"]
+    )
+    return _respond(request, asset, _YEAR)
+
+
+@router.get(UPLOT_CSS_URL)
+async def uplot_css(request: Request) -> Response:
+    asset = await run_in_threadpool(
+        _load, "uplot.css", lambda: _vendored(UPLOT_CSS_FILE), _TYPES[".css"]
     )
     return _respond(request, asset, _YEAR)
 

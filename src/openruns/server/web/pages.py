@@ -21,6 +21,7 @@ Path parameters are never written into the HTML: the scripts read them from the 
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 from string import Template
@@ -28,21 +29,28 @@ from string import Template
 from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse
 
-from .assets import PLOTLY_CSS_URL, PLOTLY_URL, plotly_self_styled_ids
+from .assets import (
+    PLOTLY_CSS_URL,
+    PLOTLY_URL,
+    UPLOT_CSS_URL,
+    UPLOT_JS_URL,
+    plotly_self_styled_ids,
+)
 
 __all__ = ["not_found_page", "router"]
 
 router = APIRouter(include_in_schema=False)
 
-# page -> (title, its charts: "now" (Plotly's bundle loads with the page), "later" (the page
-# loads it after its table, charts.js loadPlotly), or None)
+# page -> (title, its charts: "uplot" (the metric charts of the run and compare pages: uPlot's
+# 51 kB build, run before the page's script), "plotly" (the step page's histogram: the page
+# loads Plotly's bundle after its table, step.js loadPlotly), or None)
 _PAGES = {
     "runs": ("Runs", None),
-    "run": ("Run", "now"),
-    "step": ("Step", "later"),
+    "run": ("Run", "uplot"),
+    "step": ("Step", "plotly"),
     "episode": ("Episode", None),
     "search": ("Search", None),
-    "compare": ("Compare runs", "now"),
+    "compare": ("Compare runs", "uplot"),
     "pair": ("Side by side", None),
     "alerts": ("Alerts", None),
     "signin": ("Sign in", None),
@@ -55,26 +63,51 @@ def _template(name: str) -> str:
     return resources.files(__package__).joinpath("templates", name).read_text("utf-8")
 
 
+_IMPORT = re.compile(r'^(?:import|export)\b[^;]*?from "\./([\w-]+\.js)";', re.M | re.S)
+
+
+def _modules(script: str) -> list[str]:
+    """The modules `script` (a file of static/) imports, directly or not, in first-seen order:
+    the page names them all at once (<link rel=modulepreload>), so the browser fetches them
+    side by side instead of one import level after another (three levels on the run page, each
+    a revalidation round trip)."""
+    static = resources.files(__package__).joinpath("static")
+    seen: list[str] = []
+    todo = [script]
+    while todo:
+        text = static.joinpath(todo.pop(0)).read_text("utf-8")
+        for name in _IMPORT.findall(text):
+            if name not in seen and name != script:
+                seen.append(name)
+                todo.append(name)
+    return seen
+
+
 @cache
 def render(page: str) -> str:
     title, charts = _PAGES[page]
-    # async: the page's own script shows the header and tables while Plotly's bundle (1.5 MB) is
-    # still compiling; charts wait for it (charts.js, plotlyReady).
-    # Plotly's styles as a stylesheet: the element id and class tell Plotly not to inject them
-    # inline, and empty elements stand where bundled modules would add their own <style> (the
-    # Content-Security-Policy allows no inline style; see assets.py).
     scripts = ""
-    if charts is not None:
+    if charts == "uplot":
+        # defer: it runs before the page's module script (also deferred), in document order.
+        scripts = (
+            f'<link rel="stylesheet" href="{UPLOT_CSS_URL}">\n'
+            f'<script defer src="{UPLOT_JS_URL}"></script>\n'
+        )
+    elif charts == "plotly":
+        # Plotly's styles as a stylesheet: the element id and class tell Plotly not to inject
+        # them inline, and empty elements stand where bundled modules would add their own
+        # <style> (the Content-Security-Policy allows no inline style; see assets.py). The
+        # bundle itself (1.5 MB) is named here and fetched by the page after its table.
         scripts = (
             f'<link id="plotly.js-style-global" class="no-inline-styles" rel="stylesheet" '
             f'href="{PLOTLY_CSS_URL}">\n'
             + "".join(f'<template id="{i}"></template>\n' for i in plotly_self_styled_ids())
+            + f'<meta name="plotly" content="{PLOTLY_URL}">\n'
         )
-    if charts == "now":
-        scripts += f'<script async id="plotly" src="{PLOTLY_URL}"></script>\n'
-    elif charts == "later":
-        scripts += f'<meta name="plotly" content="{PLOTLY_URL}">\n'
     if page not in _SCRIPTLESS:
+        scripts += "".join(
+            f'<link rel="modulepreload" href="/static/{name}">\n' for name in _modules(f"{page}.js")
+        )
         scripts += f'<script type="module" src="/static/{page}.js"></script>'
     return Template(_template("base.html")).substitute(
         title=title, page=page, body=_template(f"{page}.html"), scripts=scripts

@@ -1,11 +1,14 @@
-// Metric charts on Plotly (the global `Plotly`: its cartesian bundle, vendored in static/vendor).
+// Metric charts on uPlot (the global `uPlot`: its minified build, vendored in static/vendor and
+// run before the page's script, pages.py). Plotly stays for the step page's histogram only.
 //
 // SeriesChart draws one metric key for one or more runs ("sources"). It asks the server for at
 // most as many points as the plot is wide (max_points); when the server had to bucket the
 // steps, each bucket's min and max are drawn as a band around the line, so a spike inside a
-// bucket still shows. Zooming in asks for just the visible steps at the same width, so detail
-// comes back; double-click (autorange) reloads the whole range. Live points are appended with
-// append(), and a chart that has grown past twice its width is reloaded at its width.
+// bucket still shows. Dragging across the plot zooms in and asks for just the visible steps at
+// the same width, so detail comes back; double-click reloads the whole range. Live points are
+// appended with append(), and a chart that has grown past twice its width is reloaded at its
+// width. Hovering shows each run's value and step in the legend under the plot (the legend
+// names the runs in their colours; a click on a name hides or shows its line).
 //
 // Every chart follows the page's chart settings (kept in this browser): EMA smoothing, with
 // the raw series drawn faint behind; a log y axis; the x axis by step, wall time or time
@@ -16,49 +19,25 @@
 // each point's x is that metric's value at the point's step (interpolated between its steps).
 //
 // TimeChart draws a key's rows logged without a step (time-keyed: `inference/*`, `system/*`)
-// against wall time (or time since the run's start), never mixed with step charts.
+// against wall time (or time since the run's start), never mixed with step charts. BandChart
+// draws the p10-p90 band and median of the episodes' rewards per step. The grid that lays
+// charts out and reads their data is grid.js.
 //
-// ChartGrid lays charts out in sections (metrics by step, eval metrics by step, rows logged
-// without a step, system), each in groups by key prefix ("train/loss" -> "train"), and loads
-// every chart at once, several keys per request, drawing them one after another without blocking
-// the page, those in view first: nothing waits to be scrolled to. BandChart draws the p10-p90 band and median of
-// the episodes' rewards per step.
+// A chart's plot element holds the chart as `.seriesChart`; drawn() and axes() read back what
+// its uPlot instance holds (the browser tests do).
 
 import { api, formatTime, h, prefs } from "./common.js";
-import { ValueTable } from "./values.js";
 
 export const COLORS = [
   "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
   "#17becf", "#8c564b", "#e377c2", "#3f51b5", "#bcbd22",
 ];
 
-// Plotly's bundle loads async (pages.py); charts draw once it has run. A page that draws its
-// chart after its table (the step page) names the bundle in <meta name="plotly"> instead, and
-// loadPlotly() fetches it when asked: its evaluation (0.4-0.8 s of main thread here) then does
-// not hold up the table.
-let plotlyLoading = null;
-export function loadPlotly() {
-  plotlyLoading ??= new Promise((resolve, reject) => {
-    if (window.Plotly) return resolve();
-    let script = document.getElementById("plotly");
-    if (!script) {
-      const src = document.querySelector('meta[name="plotly"]')?.content;
-      if (!src) return reject(new Error("this page has no charts"));
-      script = h("script", { id: "plotly", src, async: true });
-      document.head.append(script);
-    }
-    script.addEventListener("load", () => resolve());
-    script.addEventListener("error", () => reject(new Error("could not load Plotly's bundle")));
-  });
-  return plotlyLoading;
-}
-
-const MARGIN = { l: 56, r: 12, t: 30, b: 34 };
+export const MARGIN = { l: 64, r: 12 }; // the y axis' width and the right padding, in pixels
+const HEIGHT = 200; // of the plotting area and x axis; the title and legend add to it
+const POINTS_UP_TO = 60; // a series of at most this many points is drawn with markers
 const ZOOM_DEBOUNCE_MS = 150;
-const KEYS_PER_READ = 8; // metric keys asked for in one request while the grid loads
-const READS_IN_FLIGHT = 2;
 const TIMELINE_POINTS = 400;
-const SYSTEM_OPEN = "charts.systemOpen"; // the system section's open state, kept in this browser
 
 // -- colours --------------------------------------------------------------------------------
 
@@ -90,10 +69,12 @@ function hexToRgba(hex, alpha) {
   return `rgba(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
 }
 
-// Plotly reads titles, legend names and hover labels as its own small HTML: a metric key or a
-// run name is data, so its markup characters are escaped.
-function plotlyText(text) {
-  return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+// A value as hover and ticks show it: four significant digits (Plotly's %{y:.4g}).
+export function formatValue(v) {
+  if (v === null || v === undefined || !Number.isFinite(v)) return "--";
+  const abs = Math.abs(v);
+  if (abs !== 0 && (abs < 1e-4 || abs >= 1e6)) return v.toExponential(3).replace(/\.?0+e/, "e");
+  return String(Number(v.toPrecision(4)));
 }
 
 // -- settings -------------------------------------------------------------------------------
@@ -103,6 +84,12 @@ const X_AXES = { step: "step", wall: "wall time", relative: "time since start" }
 
 export const settings = { ...DEFAULTS, ...prefs.get("charts", {}) };
 const listeners = new Set();
+
+// Call `listener` after every change of the settings; returns what stops that.
+export function followSettings(listener) {
+  listeners.add(listener);
+  return () => listeners.delete(listener);
+}
 
 function changeSettings(changes) {
   Object.assign(settings, changes);
@@ -204,6 +191,23 @@ function emptySeries() {
   return { step: [], value: [], min: [], max: [] };
 }
 
+// Values a log axis can draw: the others (zero, negatives) are left out, as gaps.
+function positive(values) {
+  return values.map((v) => (v > 0 ? v : null));
+}
+
+// The y range of a chart: uPlot's, except that a constant series gets a range of its own size
+// (1e-6 stays 1e-6, not a line at 0 of a range of ±1).
+function yRange(u, lo, hi) {
+  if (lo === null || hi === null) return [0, 1];
+  if (u.scales.y.distr === 3) return uPlot.rangeLog(lo, hi, 10, true);
+  if (lo === hi) {
+    const pad = Math.abs(lo) * 0.5 || 1;
+    return [lo - pad, hi + pad];
+  }
+  return uPlot.rangeNum(lo, hi, 0.1, true);
+}
+
 export class SeriesChart {
   // sources: [{runId, label, color, timeline}]; onStep(step) is called when a point is clicked.
   constructor(container, key, sources, { onStep, title } = {}) {
@@ -220,8 +224,13 @@ export class SeriesChart {
     this.loaded = false;
     this.loading = null;
     this.plot = container.querySelector(".plot");
+    this.plot.seriesChart = this;
     this.xKey = null; // a metric drawn as the x axis, or null: the chart settings' axis
     this.xData = new Map(); // runId -> the x key's series
+    this.uplot = null;
+    this.shape = null; // what the uPlot instance was built for: another shape builds anew
+    this.sizeHint = null; // the plot's width measured by the grid with others (one layout, not one each)
+    this.steps = []; // per uPlot series (index 1..), the step of each x index, for hover
   }
 
   // Draw against metric `key` (null: the settings' axis), reading it first.
@@ -247,7 +256,6 @@ export class SeriesChart {
 
   // Data read elsewhere (the grid's batched reads of the whole range).
   async accept(answers) {
-    await loadPlotly();
     answers.forEach((answer, i) => this.take(this.sources[i].runId, answer.series));
     this.downsampled = answers.some((a) => a.downsampled);
     if (this.xKey) {
@@ -293,9 +301,9 @@ export class SeriesChart {
     return this.zoom ? { step_min: this.zoom[0], step_max: this.zoom[1] } : {};
   }
 
-  // What hovering a point says of its x: its step.
-  hoverX() {
-    return { customdata: (s) => s.step, text: "step %{customdata}" };
+  // What hovering a point says of its x (after the value): its step.
+  hoverX(step) {
+    return `step ${step}`;
   }
 
   // The last step this chart knows of (drawn, or past the zoomed-in range): where live reads
@@ -329,10 +337,11 @@ export class SeriesChart {
 
   setMarker(step) {
     this.marker = step;
-    if (this.loaded) Plotly.relayout(this.plot, { shapes: this.shapes() });
+    if (this.uplot) this.uplot.redraw(false);
   }
 
-  // x values of steps on the chosen axis (steps when no times are known for the run).
+  // x values of steps on the chosen axis (steps when no times are known for the run); wall
+  // times are epoch seconds (uPlot's time scale).
   xs(source, steps) {
     if (this.xKey) {
       const along = this.xData.get(source.runId);
@@ -341,7 +350,7 @@ export class SeriesChart {
     }
     const timeline = source.timeline;
     if (settings.xAxis === "step" || !timeline?.known) return steps;
-    if (settings.xAxis === "wall") return steps.map((s) => new Date(timeline.time(s) * 1000));
+    if (settings.xAxis === "wall") return steps.map((s) => timeline.time(s));
     const scale = this.timeScale().seconds;
     return steps.map((s) => (timeline.time(s) - timeline.origin) / scale);
   }
@@ -368,112 +377,191 @@ export class SeriesChart {
     return settings.xAxis === "wall" ? "wall time" : `${this.timeScale().unit} since start`;
   }
 
-  shapes() {
-    if (this.marker === null) return [];
-    const source = this.sources[0];
-    const x = this.xs(source, [this.marker])[0];
-    return [{
-      type: "line", x0: x, x1: x, yref: "paper", y0: 0, y1: 1,
-      line: { color: "#333", width: 1, dash: "dot" },
-    }];
-  }
-
-  traces() {
-    const traces = [];
-    const smoothing = settings.smoothing;
-    for (const source of this.sources) {
-      const s = this.data.get(source.runId);
-      const x = this.xs(source, s.step);
-      const label = plotlyText(source.label);
-      const banded = s.min.some((v, i) => v !== s.max[i]);
-      if (banded) {
-        // The band's edges are drawn too: a spike one bucket wide is a line, not a sliver.
-        const edge = { width: 1, color: hexToRgba(source.color, smoothing ? 0.25 : 0.45) };
-        traces.push({
-          x, y: s.max, mode: "lines", line: edge, showlegend: false, meta: "max",
-          legendgroup: source.runId, hovertemplate: `${label} max %{y:.4g}<extra></extra>`,
-        });
-        traces.push({
-          x, y: s.min, mode: "lines", line: edge, fill: "tonexty",
-          fillcolor: hexToRgba(source.color, smoothing ? 0.1 : 0.18), showlegend: false, meta: "min",
-          legendgroup: source.runId, hovertemplate: `${label} min %{y:.4g}<extra></extra>`,
-        });
-      }
-      const at = this.hoverX();
-      const custom = at.customdata(s, source);
-      const raw = {
-        x, y: s.value, name: label, meta: "value", legendgroup: source.runId,
-        mode: s.step.length <= 60 ? "lines+markers" : "lines",
-        line: { color: source.color, width: 1.6 }, marker: { size: 4, color: source.color },
-        customdata: custom, hovertemplate: `${label}: %{y:.4g} (${at.text})<extra></extra>`,
-      };
-      if (!smoothing) {
-        traces.push(raw);
-        continue;
-      }
-      // The raw series stays, faint, behind its smoothed line.
-      traces.push({
-        ...raw, showlegend: false, opacity: 0.3, line: { color: source.color, width: 1 },
-        hovertemplate: `${label} raw %{y:.4g}<extra></extra>`,
-      });
-      traces.push({
-        x, y: ema(s.value, smoothing), name: label, meta: "smoothed", legendgroup: source.runId, mode: "lines",
-        line: { color: source.color, width: 2 }, customdata: custom,
-        hovertemplate: `${label} smoothed: %{y:.4g} (${at.text})<extra></extra>`,
-      });
-    }
-    return traces;
-  }
-
-  // Plotly centres a constant series on a range of ±1, which flattens 1e-6 into 0: give it
-  // a range of its own size instead.
-  flatRange() {
-    if (settings.logY) return undefined;
-    let lo = Infinity;
-    let hi = -Infinity;
-    for (const s of this.data.values()) {
-      for (const v of [...s.min, ...s.max]) {
-        if (v === null) continue;
-        lo = Math.min(lo, v);
-        hi = Math.max(hi, v);
-      }
-    }
-    if (!Number.isFinite(lo) || lo !== hi) return undefined;
-    const pad = Math.abs(lo) * 0.5 || 1;
-    return [lo - pad, hi + pad];
-  }
-
   xType() {
     return settings.xAxis === "wall" && this.timed() ? "date" : "linear";
   }
 
-  render() {
-    const layout = {
-      title: { text: plotlyText(this.title), font: { size: 13 }, x: 0, xanchor: "left", xref: "paper" },
-      margin: MARGIN,
-      height: 260,
-      hovermode: "x unified",
-      showlegend: this.sources.length > 1,
-      legend: { orientation: "h", y: -0.2 },
-      xaxis: {
-        title: { text: this.xTitle(), standoff: 4 }, zeroline: false,
-        type: this.xType(),
+  // The x of the step marker, or null.
+  markerX() {
+    if (this.marker === null) return null;
+    return this.xs(this.sources[0], [this.marker])[0];
+  }
+
+  // The lines of one source: [{meta, values}] beside its steps and xs, in drawing order.
+  lines(s) {
+    const lines = [];
+    const log = settings.logY;
+    const y = (values) => (log ? positive(values) : values);
+    if (s.min.some((v, i) => v !== s.max[i])) {
+      lines.push({ meta: "max", values: y(s.max) }, { meta: "min", values: y(s.min) });
+    }
+    lines.push({ meta: "value", values: y(s.value) });
+    if (settings.smoothing) lines.push({ meta: "smoothed", values: y(ema(s.value, settings.smoothing)) });
+    return lines;
+  }
+
+  // uPlot's data (x, then one array per line, aligned on the union of the sources' xs) and
+  // series options; steps[i] holds series i's step at each x.
+  build() {
+    const tables = [];
+    const series = [{ label: this.xTitle(), value: (u, x) => this.formatX(x) }];
+    const bands = [];
+    const steps = [null];
+    const smoothing = settings.smoothing;
+    for (const source of this.sources) {
+      const s = this.data.get(source.runId);
+      if (!s.step) continue;
+      const xs = this.xs(source, s.step);
+      // uPlot needs xs ascending: a metric as the x axis may not be (its points are sorted).
+      let order = s.step.map((_, i) => i).filter((i) => xs[i] !== null && Number.isFinite(xs[i]));
+      if (order.some((i, n) => n && xs[i] < xs[order[n - 1]])) order.sort((a, b) => xs[a] - xs[b]);
+      const dedup = order.filter((i, n) => !n || xs[i] !== xs[order[n - 1]]);
+      const pick = (values) => dedup.map((i) => values[i] ?? null);
+      const lines = this.lines(s);
+      tables.push([pick(xs), pick(s.step), ...lines.map((line) => pick(line.values))]);
+      const few = dedup.length <= POINTS_UP_TO;
+      for (const line of lines) {
+        const index = series.length;
+        const common = { meta: line.meta, name: source.label, color: source.color, runId: source.runId, few };
+        if (line.meta === "max" || line.meta === "min") {
+          const edge = hexToRgba(source.color, smoothing ? 0.25 : 0.45);
+          series.push({ ...common, label: `${source.label} ${line.meta}`, class: "band-edge", stroke: edge, width: 1,
+            points: { show: false }, value: (u, v) => formatValue(v) });
+          if (line.meta === "min") bands.push({ series: [index - 1, index], fill: hexToRgba(source.color, smoothing ? 0.1 : 0.18) });
+        } else if (line.meta === "value" && smoothing) {
+          series.push({ ...common, label: `${source.label} raw`, class: "raw", stroke: source.color, width: 1, alpha: 0.3,
+            points: { show: few, size: 4 }, value: (u, v) => formatValue(v) });
+        } else {
+          series.push({ ...common, label: source.label, stroke: source.color, width: line.meta === "smoothed" ? 2 : 1.6,
+            points: { show: few && line.meta === "value", size: 4, fill: source.color },
+            value: (u, v, i, idx) => (v === null || v === undefined ? "--" : `${formatValue(v)} (${this.hoverX(this.steps[i][idx])})`) });
+        }
+      }
+    }
+    if (!tables.length) return { data: [[]], series: [series[0]], bands, steps };
+    const joined = tables.length === 1 ? tables[0] : uPlot.join(tables);
+    // Each table is [x, step, ...lines]: its step column is kept aside for hover.
+    const data = [joined[0]];
+    let column = 1;
+    for (const table of tables) {
+      const stepColumn = joined[column];
+      for (let i = 2; i < table.length; i++) {
+        data.push(joined[column + i - 1]);
+        steps.push(stepColumn);
+      }
+      column += table.length - 1;
+    }
+    return { data, series, bands, steps };
+  }
+
+  formatX(x) {
+    if (x === null || x === undefined) return "--";
+    if (this.xType() === "date") return formatTime(x);
+    return this.xKey || settings.xAxis === "relative" ? formatValue(x) : String(x);
+  }
+
+  options(built) {
+    return {
+      width: Math.max(100, this.sizeHint ?? this.plot.clientWidth),
+      height: HEIGHT,
+      title: this.title,
+      padding: [8, MARGIN.r, 0, 0],
+      scales: {
+        x: { time: this.xType() === "date" },
+        y: { distr: settings.logY ? 3 : 1, range: yRange },
       },
-      yaxis: {
-        zeroline: false, automargin: true, exponentformat: "e", range: this.flatRange(),
-        type: settings.logY ? "log" : "linear",
+      axes: [
+        { label: this.xTitle(), labelSize: 16, labelFont: "12px system-ui, sans-serif", size: 32, font: "11px system-ui, sans-serif",
+          values: this.xType() === "date" ? undefined : (u, splits) => splits.map((v) => formatValue(v)) },
+        { size: MARGIN.l, font: "11px system-ui, sans-serif", values: (u, splits) => splits.map((v) => formatValue(v)) },
+      ],
+      series: built.series,
+      bands: built.bands,
+      cursor: { drag: { x: true, y: false, setScale: true }, points: { size: 6 } },
+      legend: { show: true, live: true },
+      hooks: {
+        draw: [(u) => this.drawMarker(u)],
+        setSelect: [(u) => this.selected(u)],
       },
-      shapes: this.shapes(),
-      // Keep the user's zoom across live updates, until an axis setting changes.
-      uirevision: `${this.key} ${this.xKey || settings.xAxis} ${settings.logY}`,
-      paper_bgcolor: "#fff",
-      plot_bgcolor: "#fff",
-      font: { color: "#1f2328" },
     };
-    const config = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
-    const first = !this.plot.classList.contains("js-plotly-plot");
-    Plotly.react(this.plot, this.traces(), layout, config);
-    if (first) this.listen();
+  }
+
+  // The dotted line of the step marker.
+  drawMarker(u) {
+    const x = this.markerX();
+    this.container.dataset.marker = x === null ? "" : String(x);
+    if (x === null || !Number.isFinite(x)) return;
+    const px = u.valToPos(x, "x", true);
+    const { ctx, bbox } = u;
+    if (px < bbox.left || px > bbox.left + bbox.width) return;
+    ctx.save();
+    ctx.strokeStyle = "#333";
+    ctx.lineWidth = devicePixelRatio;
+    ctx.setLineDash([3 * devicePixelRatio, 3 * devicePixelRatio]);
+    ctx.beginPath();
+    ctx.moveTo(px, bbox.top);
+    ctx.lineTo(px, bbox.top + bbox.height);
+    ctx.stroke();
+    ctx.restore();
+  }
+
+  // A drag across the plot: uPlot zooms its x scale; the visible steps are read again.
+  selected(u) {
+    if (u.select.width < 2) return;
+    this.dragged = true;
+    const range = [u.posToVal(u.select.left, "x"), u.posToVal(u.select.left + u.select.width, "x")];
+    clearTimeout(this.zoomTimer);
+    this.zoomTimer = setTimeout(() => this.zoomTo(this.stepRange(range)), ZOOM_DEBOUNCE_MS);
+  }
+
+  listen(u) {
+    u.over.addEventListener("mousedown", () => { this.dragged = false; });
+    u.over.addEventListener("click", () => {
+      const idx = u.cursor.idx;
+      if (this.dragged || idx === null || idx === undefined || !this.onStep) return;
+      const step = this.clickedStep(idx);
+      if (step !== null) this.onStep(step);
+    });
+    u.over.addEventListener("dblclick", () => {
+      clearTimeout(this.zoomTimer);
+      this.zoomTo("all");
+    });
+    this.resizer = new ResizeObserver(() => {
+      const width = this.plot.clientWidth;
+      if (this.uplot && width && Math.abs(width - this.uplot.width) > 1) this.uplot.setSize({ width, height: HEIGHT });
+    });
+    this.resizer.observe(this.plot);
+  }
+
+  // The step of the point at x index `idx` (the step marker), or null.
+  clickedStep(idx) {
+    for (let i = 1; i < this.steps.length; i++) {
+      const step = this.steps[i]?.[idx];
+      if (Number.isFinite(step)) return step;
+    }
+    return null;
+  }
+
+  render() {
+    const built = this.build();
+    this.steps = built.steps;
+    // A new uPlot when the series or axes change; new data only keeps the reader's zoom.
+    const shape = JSON.stringify([built.series.map((s) => [s.label, s.meta, s.points?.show]),
+      this.xTitle(), this.xType(), settings.logY]);
+    if (!this.uplot || shape !== this.shape) {
+      this.uplot?.destroy();
+      this.resizer?.disconnect();
+      this.plot.replaceChildren();
+      this.shape = shape;
+      this.uplot = new uPlot(this.options(built), built.data, this.plot);
+      this.sizeHint = null;
+      this.listen(this.uplot);
+    } else {
+      const x = this.uplot.scales.x;
+      const zoomed = this.zoom !== null && x.min !== null;
+      this.uplot.setData(built.data, !zoomed);
+      if (zoomed) this.uplot.setScale("x", { min: x.min, max: x.max });
+    }
     const counts = this.sources.map((s) => this.data.get(s.runId).step.length);
     this.container.dataset.points = counts.join(",");
     this.container.dataset.downsampled = String(this.downsampled);
@@ -481,35 +569,32 @@ export class SeriesChart {
     this.container.dataset.drawn = "true";
   }
 
-  // The step of a clicked point (the step marker), or null.
-  clickedStep(point) {
-    const step = point?.customdata ?? point?.x;
-    return Number.isFinite(step) ? step : null;
+  // What the chart holds, line by line: [{meta, name, color, opacity, x, y}], each line's
+  // points where it has them (read back from uPlot).
+  drawn() {
+    const u = this.uplot;
+    if (!u) return [];
+    return u.series.slice(1).map((s, i) => {
+      const ys = u.data[i + 1];
+      const at = [...ys.keys()].filter((j) => ys[j] !== undefined);
+      return { meta: s.meta, name: s.name, color: s.color, opacity: s.alpha ?? 1,
+        x: at.map((j) => u.data[0][j]), y: at.map((j) => ys[j]), step: at.map((j) => this.steps[i + 1][j]) };
+    });
   }
 
-  listen() {
-    let timer = null;
-    this.plot.on("plotly_relayout", (event) => {
-      let range = null;
-      if (event["xaxis.autorange"]) range = "all";
-      else if (event["xaxis.range[0]"] !== undefined) {
-        range = [event["xaxis.range[0]"], event["xaxis.range[1]"]];
-      } else if (Array.isArray(event["xaxis.range"])) range = event["xaxis.range"];
-      if (range === null) return;
-      clearTimeout(timer);
-      timer = setTimeout(() => this.zoomTo(range === "all" ? range : this.stepRange(range)), ZOOM_DEBOUNCE_MS);
-    });
-    this.plot.on("plotly_click", (event) => {
-      const step = this.clickedStep(event.points?.[0]);
-      if (this.onStep && step !== null) this.onStep(step);
-    });
+  // The axes as drawn: {x: {type, title, min, max}, y: {type}}.
+  axes() {
+    const u = this.uplot;
+    return {
+      x: { type: u.scales.x.time ? "date" : "linear", title: u.axes[0].label, min: u.scales.x.min, max: u.scales.x.max },
+      y: { type: u.scales.y.distr === 3 ? "log" : "linear" },
+    };
   }
 
   // A zoomed x range as steps (the widest over the sources when the axis is a time).
   stepRange([a, b]) {
     if (!this.timed()) return [Number(a), Number(b)];
-    const toSeconds = (x, timeline) => (settings.xAxis === "wall"
-      ? new Date(x).getTime() / 1000 : x * this.timeScale().seconds + timeline.origin);
+    const toSeconds = (x, timeline) => (settings.xAxis === "wall" ? x : x * this.timeScale().seconds + timeline.origin);
     let lo = Infinity;
     let hi = -Infinity;
     for (const { timeline } of this.sources) {
@@ -534,6 +619,12 @@ export class SeriesChart {
     this.zoom = [lo, hi];
     if (wasDownsampled) await this.load();
   }
+
+  destroy() {
+    this.resizer?.disconnect();
+    this.uplot?.destroy();
+    this.uplot = null;
+  }
 }
 
 // Time-keyed series in the shape step series have: their timestamps where the steps are.
@@ -541,7 +632,7 @@ export function timeAsSteps(series) {
   return series ? { step: series.ts, value: series.value, min: series.min, max: series.max } : emptySeries();
 }
 
-const NO_STEPS = "9223372036854775807"; // step_min past every step: a read of time-keyed rows only
+export const NO_STEPS = "9223372036854775807"; // step_min past every step: a read of time-keyed rows only
 
 // One key's rows logged without a step, against wall time, or time since the run started
 // (the chart settings' "time since start"; a step axis shows wall time here).
@@ -557,19 +648,19 @@ export class TimeChart extends SeriesChart {
     return this.zoom ? { ts_min: this.zoom[0], ts_max: this.zoom[1] } : {};
   }
 
-  hoverX() {
-    return { customdata: (s) => s.step.map((t) => formatTime(t)), text: "%{customdata}" };
+  hoverX(ts) {
+    return formatTime(ts);
   }
 
   clickedStep() {
     return null;
   }
 
-  shapes() {
-    return [];
+  markerX() {
+    return null; // steps are not on a time axis
   }
 
-  setMarker() {} // steps are not on a time axis
+  setMarker() {}
 
   timed() {
     return true;
@@ -585,7 +676,7 @@ export class TimeChart extends SeriesChart {
   }
 
   xs(source, ts) {
-    if (!this.relative()) return ts.map((t) => new Date(t * 1000));
+    if (!this.relative()) return ts;
     const origin = this.origin(source);
     const scale = this.timeScale().seconds;
     return ts.map((t) => (t - origin) / scale);
@@ -610,9 +701,14 @@ export class TimeChart extends SeriesChart {
     return this.relative() ? "linear" : "date";
   }
 
+  formatX(x) {
+    if (x === null || x === undefined) return "--";
+    return this.relative() ? formatValue(x) : formatTime(x);
+  }
+
   // A zoomed x range as epoch seconds.
   stepRange([a, b]) {
-    if (!this.relative()) return [new Date(a).getTime() / 1000, new Date(b).getTime() / 1000];
+    if (!this.relative()) return [a, b];
     const origin = this.origin(this.sources[0]);
     const scale = this.timeScale().seconds;
     return [a * scale + origin, b * scale + origin];
@@ -641,319 +737,31 @@ export class BandChart extends SeriesChart {
 
   async zoomTo() {} // the bands are drawn whole
 
-  flatRange() {
-    return undefined;
-  }
-
   append() {}
 
   lastStep() {
     return -1;
   }
 
-  traces() {
-    const traces = [];
-    for (const source of this.sources) {
-      const s = this.data.get(source.runId);
-      if (!s.p50) continue;
-      const x = this.xs(source, s.step);
-      const label = plotlyText(source.label);
-      const edge = { width: 0.5, color: hexToRgba(source.color, 0.5) };
-      traces.push({ x, y: s.p90, mode: "lines", line: edge, showlegend: false, meta: "p90", legendgroup: source.runId,
-        hovertemplate: `${label} p90 %{y:.4g}<extra></extra>` });
-      traces.push({ x, y: s.p10, mode: "lines", line: edge, fill: "tonexty", fillcolor: hexToRgba(source.color, 0.2),
-        showlegend: false, meta: "p10", legendgroup: source.runId, hovertemplate: `${label} p10 %{y:.4g}<extra></extra>` });
-      traces.push({ x, y: s.p50, name: label, mode: s.step.length <= 60 ? "lines+markers" : "lines", meta: "p50",
-        legendgroup: source.runId, line: { color: source.color, width: 1.8 }, marker: { size: 4, color: source.color },
-        customdata: s.count, hovertemplate: `${label} median %{y:.4g} of %{customdata} episodes<extra></extra>` });
-    }
-    return traces;
-  }
-}
-
-// -- the grid -------------------------------------------------------------------------------
-
-function groupOf(key) {
-  const slash = key.indexOf("/");
-  return slash > 0 ? key.slice(0, slash) : "(no prefix)";
-}
-
-// The sections of a grid, in page order, and their titles.
-const SECTIONS = {
-  train: "Metrics by step",
-  eval: "Eval metrics by step (eval/…)",
-  time: "Logged without a step, by wall time",
-  system: "System (CPU, memory, disk, network, GPU), by wall time",
-};
-
-// Where a metric is drawn: [section, group]. Rows logged without a step never share a chart
-// or a group with step series; eval metrics (eval/<env>/...) are grouped apart from training
-// ones, by environment; system metrics (system/<kind>/...) by kind.
-export function placeOf(key, axis) {
-  if (axis === "time") {
-    if (key.startsWith("system/")) return ["system", groupOf(key.slice(7))];
-    return ["time", groupOf(key)];
-  }
-  if (key.startsWith("eval/")) {
-    const rest = key.slice(5);
-    return ["eval", rest.includes("/") ? `eval/${groupOf(rest)}` : "eval"];
-  }
-  return ["train", groupOf(key)];
-}
-
-// A chart's id in a grid: its key, or "time:<key>" for its rows logged without a step.
-export function chartId(key, axis = "step") {
-  return axis === "time" ? `time:${key}` : key;
-}
-
-function slug(text) {
-  return text.replace(/[^A-Za-z0-9_-]+/g, "-");
-}
-
-const yieldToPage = () => new Promise((resolve) => setTimeout(resolve, 0));
-
-export class ChartGrid {
-  // sources: [{runId, label, color, start}]; each gets its Timeline (for time axes).
-  constructor(root, sources, { onStep } = {}) {
-    this.root = root;
-    this.sources = sources.map((s) => ({ ...s, timeline: new Timeline(s.runId) }));
-    this.onStep = onStep;
-    this.charts = new Map(); // chart id -> SeriesChart or TimeChart
-    this.stepKeys = new Set(); // keys logged by step: what a chart's x menu offers
-    this.counts = new Map(); // chart id -> Map(runId -> points stored)
-    this.queue = []; // chart ids whose charts wait for their first read
-    this.deferred = []; // ... and those in a closed section, until it is opened
-    this.values = new ValueTable(this.sources);
-    this.reading = 0;
-    this.marker = null;
-    this.bands = null;
-    this.timelines = Promise.all(this.sources.map((s) => s.timeline.load().catch(() => {})));
-    this.onSettings = () => this.redraw();
-    listeners.add(this.onSettings);
+  lines(s) {
+    if (!s.p50) return [];
+    const y = (values) => (settings.logY ? positive(values) : values);
+    return [{ meta: "p90", values: y(s.p90) }, { meta: "p10", values: y(s.p10) }, { meta: "p50", values: y(s.p50), count: s.count }];
   }
 
-  // Stop following the settings (the grid is being replaced).
-  dispose() {
-    listeners.delete(this.onSettings);
-  }
-
-  // Add a chart for each (key, axis) not seen yet, in its section and group, in name order,
-  // and read it. rows: [{key, axis, count, last_step, last_value, step_metric}] of one run
-  // (`runId`), as /metrics/keys gives them; a key with a step metric is drawn against it. A step
-  // key with at most one point in every run is a value in its section's table, not a chart of a
-  // lone dot (issue 24), until a second point comes.
-  setKeys(rows, runId = this.sources[0].runId) {
-    const fresh = [];
-    for (const { key, axis, count, last_step: step, last_value: value, step_metric } of [...rows].sort((a, b) => (a.key < b.key ? -1 : 1))) {
-      const id = chartId(key, axis);
-      if (!this.counts.has(id)) this.counts.set(id, new Map());
-      this.counts.get(id).set(runId, count);
-      if (axis !== "time") this.stepKeys.add(key);
-      if (this.charts.has(id)) continue;
-      const [section, group] = placeOf(key, axis);
-      if (axis !== "time" && [...this.counts.get(id).values()].every((n) => n <= 1)) {
-        this.values.set(this.part(section), key, runId, { step, value });
-        continue;
+  build() {
+    const built = super.build();
+    // super.build() styles lines by their meta: restyle the quantiles, band between p90 and p10.
+    built.bands = [];
+    built.series.forEach((series, index) => {
+      if (series.meta === "p90" || series.meta === "p10") {
+        Object.assign(series, { label: `${series.name} ${series.meta}`, class: "band-edge", stroke: hexToRgba(series.color, 0.5),
+          width: 0.5, alpha: 1, points: { show: false }, value: (u, v) => formatValue(v) });
+        if (series.meta === "p10") built.bands.push({ series: [index - 1, index], fill: hexToRgba(series.color, 0.2) });
+      } else if (series.meta === "p50") {
+        Object.assign(series, { label: `${series.name} median`, width: 1.8, points: { show: series.few, size: 4, fill: series.color } });
       }
-      this.values.drop(key);
-      const box = this.figure(this.group(section, group), key, axis);
-      const Chart = axis === "time" ? TimeChart : SeriesChart;
-      const chart = new Chart(box, key, this.sources, { onStep: this.onStep });
-      chart.marker = this.marker;
-      if (axis !== "time") {
-        chart.xKey = step_metric || null;
-        box.append(this.xMenu(chart));
-      }
-      this.charts.set(id, chart);
-      fresh.push(id);
-    }
-    for (const group of this.root.querySelectorAll(".group")) {
-      group.querySelector(".count").textContent = `(${group.querySelector(".charts").children.length})`;
-    }
-    this.queue.push(...fresh);
-    this.pump();
-  }
-
-  figure(body, key, axis = "step") {
-    const box = h("figure", { class: "chart", "aria-label": `chart of ${key}`, dataset: { key, axis } }, h("div", { class: "plot" }));
-    const later = [...body.children].find((el) => el.dataset.key > key);
-    body.insertBefore(box, later || null);
-    return box;
-  }
-
-  // A step chart's x menu: the settings' axis, or any metric logged by step (listed when the
-  // menu is opened, so keys that arrived later are there).
-  xMenu(chart) {
-    const select = h("select", { class: "x-key", "aria-label": `x axis of ${chart.key}` });
-    const fill = () => {
-      const known = new Set([...this.stepKeys, chart.xKey].filter(Boolean));
-      const keys = [...known].filter((k) => k !== chart.key).sort();
-      select.replaceChildren(h("option", { value: "" }, "settings axis"),
-        ...keys.map((k) => h("option", { value: k }, k)));
-      select.value = chart.xKey || "";
-    };
-    fill();
-    select.addEventListener("focus", fill);
-    select.addEventListener("change", () => chart.setXKey(select.value));
-    return h("figcaption", { class: "x-choice" }, h("label", {}, "x ", select));
-  }
-
-  // The reward bands of the episodes, in a group of their own at the top.
-  addBands() {
-    if (this.bands) return this.bands;
-    const group = this.group("train", "rewards of episodes", true);
-    const box = this.figure(group, "episodes/reward quantiles");
-    box.classList.add("bands");
-    this.bands = new BandChart(box, "episodes/reward quantiles", this.sources, {
-      onStep: this.onStep, title: "reward of episodes: p10–p90 band, median line",
     });
-    group.closest(".group").querySelector(".count").textContent = "(1)";
-    this.refreshBands();
-    return this.bands;
-  }
-
-  async refreshBands() {
-    if (!this.bands) return;
-    await this.timelines;
-    await this.bands.load();
-  }
-
-  // Read queued charts, KEYS_PER_READ keys per request per run, READS_IN_FLIGHT at a time;
-  // each chart draws as soon as its data is in, one at a time, letting the page breathe.
-  // The charts in view (or nearest to it, where the reader has scrolled by then) go first.
-  // Charts of a closed section (system, collapsed by default) wait until it is opened.
-  pump() {
-    const closed = this.queue.filter((id) => this.charts.get(id).container.closest("details.chart-section:not([open])"));
-    if (closed.length) {
-      this.deferred.push(...closed);
-      this.queue = this.queue.filter((id) => !closed.includes(id));
-    }
-    if (this.reading < READS_IN_FLIGHT && this.queue.length > 1) this.queue = this.nearestFirst(this.queue);
-    while (this.reading < READS_IN_FLIGHT && this.queue.length) {
-      const ids = this.queue.splice(0, KEYS_PER_READ);
-      this.reading += 1;
-      this.readKeys(ids)
-        .catch((error) => {
-          for (const id of ids) this.charts.get(id).plot.textContent = `could not load: ${error.message}`;
-        })
-        .finally(() => {
-          this.reading -= 1;
-          this.pump();
-        });
-    }
-  }
-
-  // Chart ids by their distance from the viewport now (a stable sort: page order among
-  // equals); charts not laid out (in a closed group, a hidden tab) go last.
-  nearestFirst(ids) {
-    const distance = new Map(ids.map((id) => {
-      const box = this.charts.get(id).container.getBoundingClientRect();
-      if (!box.height) return [id, Number.MAX_VALUE];
-      return [id, Math.max(0, box.top - innerHeight, -box.bottom)];
-    }));
-    return [...ids].sort((a, b) => distance.get(a) - distance.get(b));
-  }
-
-  // One read per run for several charts: step series come in `series`, rows logged without a
-  // step in `time` (a read of time-keyed charts only skips the step series).
-  async readKeys(ids) {
-    const width = this.charts.get(ids[0]).width();
-    const charts = ids.map((id) => this.charts.get(id));
-    const names = [...new Set(charts.map((c) => c.key))];
-    const onlyTime = charts.every((c) => c instanceof TimeChart);
-    const bodies = await Promise.all(this.sources.map((s) => api(`/runs/${encodeURIComponent(s.runId)}/metrics`, {
-      keys: names.join(","), max_points: width, step_min: onlyTime ? NO_STEPS : undefined,
-    })));
-    await this.timelines;
-    for (const id of this.nearestFirst(ids)) { // the reader may have scrolled meanwhile
-      const chart = this.charts.get(id);
-      const timed = chart instanceof TimeChart;
-      const answers = this.sources.map((s, i) => {
-        const series = timed ? timeAsSteps(bodies[i].time[chart.key]) : bodies[i].series[chart.key] || emptySeries();
-        const stored = this.counts.get(id)?.get(s.runId) ?? series.step.length;
-        return { series, downsampled: stored > series.step.length };
-      });
-      await chart.accept(answers);
-      await yieldToPage();
-    }
-  }
-
-  // A section's element, created in page order. The system section is collapsed until the
-  // reader opens it (its charts made a run page 7,000 px tall, issue 24); the choice is kept.
-  part(section) {
-    let part = this.root.querySelector(`:scope > [data-section="${section}"]`);
-    if (part) return part;
-    const title = h("h3", { class: "section-title" }, SECTIONS[section]);
-    if (section === "system") {
-      part = h("details", { class: "chart-section", dataset: { section }, "aria-label": SECTIONS[section], open: prefs.get(SYSTEM_OPEN, false) },
-        h("summary", { class: "section-summary" }, title));
-      part.addEventListener("toggle", () => {
-        prefs.set(SYSTEM_OPEN, part.open);
-        if (!part.open) return;
-        this.queue.push(...this.deferred.splice(0));
-        this.pump();
-      });
-    } else {
-      part = h("section", { class: "chart-section", dataset: { section }, "aria-label": SECTIONS[section] }, title);
-    }
-    const order = Object.keys(SECTIONS);
-    const later = [...this.root.children].find((el) => order.indexOf(el.dataset.section) > order.indexOf(section));
-    this.root.insertBefore(part, later || null);
-    return part;
-  }
-
-  // The group's chart container in its section.
-  group(section, name, first = false) {
-    const part = this.part(section);
-    const id = `group-${slug(`${section}-${name}`)}`;
-    let group = part.querySelector(`#${id}`);
-    if (!group) {
-      group = h("details", { class: "group", id, open: true, dataset: { name } },
-        h("summary", {}, h("h4", {}, name), " ", h("span", { class: "count muted" })), h("div", { class: "charts" }));
-      const groups = [...part.querySelectorAll(":scope > .group")];
-      const later = first ? groups[0] : groups.find((el) => !el.id.startsWith("group-train-rewards") && el.dataset.name > name);
-      part.insertBefore(group, later || null);
-    }
-    return group.querySelector(".charts");
-  }
-
-  // Every drawn chart again (after a settings change); time axes need the timelines first.
-  async redraw() {
-    await this.timelines;
-    for (const chart of [...this.charts.values(), this.bands].filter(Boolean)) {
-      if (!chart.loaded) continue;
-      chart.render();
-      await yieldToPage();
-    }
-  }
-
-  // Newer anchors for time axes of live runs (steps past the last anchor are extrapolated
-  // until then).
-  refreshTimelines() {
-    this.timelines = Promise.all(this.sources.map((s) => s.timeline.load().catch(() => {})));
-    return this.timelines;
-  }
-
-  // {key: series} of one run, as the API returns them (`series`, or `time` with axis "time").
-  append(runId, seriesByKey, axis = "step") {
-    for (const [key, series] of Object.entries(seriesByKey)) {
-      this.charts.get(chartId(key, axis))?.append(runId, axis === "time" ? timeAsSteps(series) : series);
-    }
-  }
-
-  // The last step (or time) drawn by chart `id` for `runId`, or -1 when it is not loaded yet.
-  lastStep(id, runId) {
-    const chart = this.charts.get(id);
-    return chart?.loaded ? chart.lastStep(runId) : -1;
-  }
-
-  isLoaded(id) {
-    return Boolean(this.charts.get(id)?.loaded);
-  }
-
-  setMarker(step) {
-    this.marker = step;
-    for (const chart of this.charts.values()) chart.setMarker(step);
-    this.bands?.setMarker(step);
+    return built;
   }
 }

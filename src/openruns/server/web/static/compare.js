@@ -8,7 +8,8 @@
 import {
   api, h, poll, runLabel, runTitle, showError, statusBadge, timeCell, View,
 } from "./common.js";
-import { COLORS, ChartGrid, runColors, settingsBar } from "./charts.js";
+import { COLORS, runColors, settingsBar } from "./charts.js";
+import { ChartGrid } from "./grid.js";
 import { CHARTED, firstKeys, recentKeys } from "./keys.js";
 
 const POLL_MS = 3000;

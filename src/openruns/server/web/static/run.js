@@ -19,7 +19,8 @@ import {
   api, apiSend, fill, apiUrl, downloadLink, formatDuration, formatNumber, formatTime, h, linkRow, navigableRows,
   isInternalKey, pathParts, poll, rewardMeans, runDuration, runLabel, runTitle, showError, showMissing, statusBadge, timeCell, envName, View,
 } from "./common.js";
-import { ChartGrid, chartId, runColors, settingsBar } from "./charts.js";
+import { runColors, settingsBar } from "./charts.js";
+import { ChartGrid, chartId } from "./grid.js";
 import { ChartedKeys, recentKeys } from "./keys.js";
 import { LogsView } from "./logs.js";
 import { MediaSection } from "./media.js";
@@ -313,8 +314,8 @@ function setUpTabs() {
 
 // New points of every charted key, one request per axis: step series from the smallest step
 // not yet drawn, rows logged without a step from the earliest last time drawn.
-async function pollMetrics() {
-  const page = await recentKeys(runId);
+async function pollMetrics(keysRead) {
+  const page = await keysRead;
   const keys = charted.update(page) ? [...charted.rows.values()] : page.items;
   const fresh = [];
   const freshTimed = [];
@@ -525,6 +526,9 @@ function deleteButton(run) {
 let configShown = false;
 let timelineAt = Date.now();
 async function tick() {
+  // The keys are read beside the run and its side reads (the charts wait on them; issue 21).
+  const keysRead = recentKeys(runId);
+  keysRead.catch(() => {}); // a missing run is said by the run's read
   let run;
   try {
     run = await api(base);
@@ -532,10 +536,15 @@ async function tick() {
     if (showMissing(error, `No run ${runId}`)) return false;
     throw error;
   }
-  if (wandbSide === undefined) wandbSide = await api(`${base}/wandb`).catch(() => null);
-  if (retention === undefined && run.status !== "running") {
-    retention = await api(`${base}/retention`).catch(() => null); // read once: passes are hours apart
-  }
+  // Read beside the charts' reads (the header waits for them, the charts do not).
+  const sides = Promise.all([
+    wandbSide === undefined ? api(`${base}/wandb`).catch(() => null) : wandbSide,
+    // read once: passes are hours apart
+    retention === undefined && run.status !== "running" ? api(`${base}/retention`).catch(() => null) : retention,
+  ]).then(([side, kept]) => {
+    wandbSide = side;
+    retention = kept;
+  });
   const first = state.run === null;
   state.run = run;
   grid.sources[0].label = runLabel(run);
@@ -547,7 +556,7 @@ async function tick() {
   }
   const logsOpen = !document.getElementById("panel-logs").hidden;
   const mediaDue = mediaAt === null || (mediaAt !== false && run.status === "running" && Date.now() - mediaAt > MEDIA_MS);
-  await Promise.all([pollMetrics(), pollSteps(), logsOpen ? logs.poll() : null, mediaDue ? pollMedia() : null]);
+  await Promise.all([sides, pollMetrics(keysRead), pollSteps(), logsOpen ? logs.poll() : null, mediaDue ? pollMedia() : null]);
   if (run.status === "running" && Date.now() - timelineAt > TIMELINE_MS) {
     timelineAt = Date.now();
     grid.refreshTimelines();
