@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 
 from openruns.server import ServerHandle, serve_in_thread
 
+from .. import patience
 from ..browser import own_page
 from .chart_view import hover, lines, plot
 
@@ -89,7 +90,7 @@ def test_compare_names_every_run_in_its_colour_in_the_legend(page, seeded):
 def wide(tmp_path_factory) -> Iterator[tuple[ServerHandle, str]]:
     """A server of its own with one run of MANY keys of 3 steps each."""
     handle = serve_in_thread(tmp_path_factory.mktemp("wide") / "data")
-    with httpx.Client(base_url=handle.url + "/api/v1", timeout=60) as http:
+    with httpx.Client(base_url=handle.url + "/api/v1", timeout=patience.SETTLE) as http:
         run = http.post("/runs", json={"kind": "train", "name": "wide"}).json()
         rows = [
             {"step": step, "values": {f"m/k{i:03d}": float(i + step) for i in range(MANY)}}
