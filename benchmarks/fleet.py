@@ -23,8 +23,8 @@ Request bodies are built from 1,000 pre-serialized `values` objects (random numb
 step and time written in per row, so the client spends little CPU making them; the server
 parses every row as usual.
 
-    uv run python benchmarks/fleet.py --store sqlite             # 5M x 20: ~10 minutes quiet
-    uv run python benchmarks/fleet.py --store postgres --steps 1000000
+    uv run python benchmarks/fleet.py --store sqlite             # 5M x 20: ~16 minutes quiet
+    uv run python benchmarks/fleet.py --store postgres --steps 1000000 --run-steps 10000
     uv run python benchmarks/fleet.py --store sqlite --quick     # a smoke run
 
 Results go in docs/benchmarks.md, section "The fleet benchmark (issue 21)".
