@@ -406,4 +406,10 @@ def points_page(
         .order_by(p.c.step)
         .limit(limit)
     )
-    return [(step, value, ts) for step, value, ts in conn.execute(query)]
+    # The driver's tuples as they are: these columns need no result processing, and skipping
+    # SQLAlchemy's rows halves the CPU of reading a page (an export reads every point).
+    result = conn.execute(query)
+    try:
+        return list(result.cursor.fetchall())
+    finally:
+        result.close()
