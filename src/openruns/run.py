@@ -97,6 +97,7 @@ class Run:
         self._default_name = default_name
         self._status = RunStatus.RUNNING
         self._opened_at = time.time()  # writers of the run directory closed since count here
+        self._unclosed_writers = 0  # of them, those that ended without closing (killed)
         self._error: str | None = None
         self._fatal: str | None = None  # this process's fatal error, for the run's owner
         self.summary: dict[str, Any] = {}
@@ -557,9 +558,9 @@ class Run:
 
     def _finalize(self, deadline: float) -> None:
         wished = self._status
-        standing = self._backend.finalize(
-            self._status, self._error, self.summary, self._losses(), deadline
-        )
+        losses = self._losses()
+        self._unclosed_writers = losses.get("unclosed_writers", 0)
+        standing = self._backend.finalize(self._status, self._error, self.summary, losses, deadline)
         if standing is not None and standing[0] is not wished:
             # Another process closed the run first (issue 25): this one reports what stands.
             self._status, self._error = standing
@@ -609,6 +610,14 @@ class Run:
                 self.dropped_records,
                 self.failed_records or "{}",
                 "" if drained else " (uploads had not drained by the deadline)",
+            )
+        if self._unclosed_writers:
+            logger.warning(
+                "openruns: run %s: %d of the processes that wrote to it ended without closing "
+                "it (killed?): what they had not delivered is lost and was not counted "
+                "(unclosed_writers in its losses)",
+                self._id,
+                self._unclosed_writers,
             )
 
     def _finish_quietly(

@@ -75,9 +75,10 @@ def _logged(notes) -> int:
     return len(notes.read_text().splitlines())
 
 
-def _every_step(ids: set[str], noted: int) -> None:
+def _every_step(ids: set[str], noted: int, stderr: str = "") -> None:
     """Exactly the steps logged: those noted, and at most the one a signal cut before its note."""
-    assert ids in ({f"ep-{i}" for i in range(n)} for n in (noted, noted + 1)), (len(ids), noted)
+    expected = ({f"ep-{i}" for i in range(n)} for n in (noted, noted + 1))
+    assert ids in expected, (len(ids), noted, stderr)
 
 
 def test_a_child_of_openruns_run_sigtermed_mid_logging_has_every_record_counted(server, tmp_path):
@@ -158,7 +159,7 @@ def test_a_component_of_openruns_launch_sigtermed_mid_logging_flushes_first(serv
     doc = _run_doc(server.url, run_id)
     assert (doc["status"], doc["error"]) == ("failed", "terminated by SIGTERM")
     assert doc["losses"]["dropped_records"] == 0 and not doc["losses"].get("spooled_records")
-    _every_step(_episode_ids(server.url, run_id), _logged(notes))
+    _every_step(_episode_ids(server.url, run_id), _logged(notes), stderr)
 
 
 def test_a_process_attached_through_run_id_alone_flushes_on_sigterm_and_sets_no_status(
@@ -197,3 +198,51 @@ def test_a_process_attached_through_run_id_alone_flushes_on_sigterm_and_sets_no_
     assert pod.returncode == -signal.SIGTERM, stderr  # the default disposition still applies
     _every_step(_episode_ids(server.url, run_id), _logged(notes))
     assert _run_doc(server.url, run_id)["status"] == "running"  # its creator closes it
+
+
+def test_a_component_killed_before_it_could_count_is_counted_by_the_owner(server, tmp_path):
+    # A component whose own SIGTERM handler never returns (a checkpoint that hangs) outlives
+    # the launcher's grace and is SIGKILLed: whatever it had not delivered, it could not say.
+    child = script(
+        tmp_path,
+        "stuck.py",
+        """
+        import signal, sys, time, openruns
+        run = openruns.init()
+        run.log_episodes([{"id": "ep-0", "traces": []}], step=0)
+        run.flush()
+        signal.signal(signal.SIGTERM, lambda *_: time.sleep(3600))  # replaces openruns' own
+        open(sys.argv[1], "w").close()
+        time.sleep(3600)
+        """,
+    )
+    ready = tmp_path / "ready"
+    job = tmp_path / "job.toml"
+    job.write_text(
+        textwrap.dedent(
+            f"""
+            [run]
+            mode = "online"
+            dir = "{tmp_path / "local"}"
+
+            [launch]
+            grace = 1
+
+            [[component]]
+            name = "trainer"
+            command = ["{sys.executable}", "{child}", "{ready}"]
+            """
+        )
+    )
+    env = {"OPENRUNS_BASE_URL": server.url, "OPENRUNS_CAPTURE_CONSOLE": "0"}
+    owner = spawn_cli("launch", str(job), cwd=tmp_path, env=env)
+    wait_for(ready, timeout=patience.START)
+    owner.send_signal(signal.SIGTERM)
+    _, stderr = owner.communicate(timeout=patience.EXIT)
+    assert owner.returncode == 143, stderr
+    assert "trainer still running 1 s after the stop signal: SIGKILL" in stderr
+    assert "1 of the processes that wrote to it ended without closing it" in stderr
+    (run_id,) = _run_ids(server.url)
+    doc = _run_doc(server.url, run_id)
+    assert doc["status"] == "failed" and doc["losses"]["unclosed_writers"] == 1, doc
+    assert _episode_ids(server.url, run_id) == {"ep-0"}  # what it delivered stays

@@ -31,6 +31,7 @@ class Runs:
     progress: str
     components: str
     silent_failure: str
+    killed_writer: str
 
 
 ONE_STEP_METRICS = {"eval/accuracy": 0.75, "eval/tokens": 1234.0}
@@ -108,7 +109,23 @@ def runs(tmp_path_factory) -> Iterator[Runs]:
 
         silent = init(kind="train", name="edge-silent-failure")
         silent.fail("RuntimeError: the platform reported the job failed")
-    yield Runs(handle.url, cancelled.id, evaluation.id, progress.id, components.id, silent.id)
+
+        # As a launcher closes a run one of whose components was SIGKILLed after its grace,
+        # and another spooled what the server could not take (the SDK's losses, issue 24).
+        with httpx.Client(base_url=handle.url + "/api/v1", timeout=30) as api:
+            killed = api.post("/runs", json={"kind": "train", "name": "edge-killed-writer"}).json()
+            losses = {
+                "dropped_records": 0,
+                "failed_records": {},
+                "unclosed_writers": 1,
+                "spooled_records": 12,
+                "spool": {"host": "node-7", "dir": "/scratch/openruns-runs/r1"},
+            }
+            body = {"status": "failed", "error": "terminated by SIGTERM", "losses": losses}
+            api.post(f"/runs/{killed['id']}/finish", json=body).raise_for_status()
+    yield Runs(
+        handle.url, cancelled.id, evaluation.id, progress.id, components.id, silent.id, killed["id"]
+    )
     handle.stop()
 
 
@@ -137,6 +154,18 @@ def test_the_step_table_fits_the_window(page, seeded, width):
     assert overflow(page) <= 0
     table = page.locator("#episodes")
     assert table.evaluate("(t) => t.scrollWidth <= t.parentElement.clientWidth")
+
+
+def test_losses_name_a_killed_writer_and_the_spool(page, runs):
+    page.goto(f"{runs.url}/runs/{runs.killed_writer}")
+    losses = page.locator("#losses")
+    expect(losses).to_have_class("losses warn")
+    expect(losses).to_contain_text(
+        "1 process ended without closing the run (killed?): what they had not sent is lost"
+    )
+    expect(losses).to_contain_text(
+        "12 records wait in a local spool (node-7:/scratch/openruns-runs/r1; upload them with"
+    )
 
 
 def test_a_cancelled_run_is_not_shown_as_an_error(page, runs):

@@ -8,6 +8,7 @@ and merges their metadata into run.json where it has none when it finalizes.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -19,7 +20,9 @@ from ..sinks.local import LocalSink
 from ..spec import FILLABLE, RunStatus
 from ..upload.stats import Stats
 
-__all__ = ["FORMAT_VERSION", "OfflineBackend", "add_writers_losses"]
+__all__ = ["FORMAT_VERSION", "OfflineBackend", "add_writers_losses", "open_writer"]
+
+logger = logging.getLogger("openruns")
 
 FORMAT_VERSION = 2  # 2: segments of batches (header frame + data frames), issue 13
 
@@ -94,7 +97,9 @@ class OfflineBackend:
         return None
 
     def make_sink(self, stats: Stats) -> LocalSink:
-        return LocalSink(self.run_dir, new_writer_id(), stats)
+        sink = LocalSink(self.run_dir, new_writer_id(), stats)
+        open_writer(self.run_dir, sink.writer_id)
+        return sink
 
     def update(self, summary: dict[str, Any]) -> None:
         self._rewrite(summary=summary)
@@ -151,6 +156,23 @@ class OfflineBackend:
         write_json_atomic(path, doc)
 
 
+def open_writer(run_dir: Path, writer_id: str) -> None:
+    """
+    Say in the run directory that this process writes to the run: `writers/<writer>.json`
+    without `closed_at`, until close_writer() replaces it with what the process delivered and
+    lost. A writer the run's owner finds still unclosed, its process gone, ended without
+    counting what it had not delivered (SIGKILL, os._exit, a crash): add_writers_losses counts
+    it (issue 24). A directory that cannot be written only loses that account.
+    """
+    try:
+        write_json_atomic(
+            run_dir / "writers" / f"{writer_id}.json",
+            {"pid": os.getpid(), "host": socket.gethostname(), "opened_at": time.time()},
+        )
+    except OSError as exc:
+        logger.warning("openruns: cannot write to the run directory %s: %s", run_dir, exc)
+
+
 def add_writers_losses(
     losses: dict[str, Any], run_dir: Path, since: float, own_writer: str | None
 ) -> dict[str, Any]:
@@ -158,15 +180,23 @@ def add_writers_losses(
     `losses` (the owner's) plus what the run directory's other writers that closed since
     `since` recorded: the dropped, failed (by destination) and spooled records of the processes
     attached to the run (a child of `openruns run` flushing on SIGTERM, issue 20), so the run
-    counts what they could not deliver. Writers on other nodes, with other directories, report
-    nothing here; their spools are counted when `openruns sync` uploads them.
+    counts what they could not deliver. A writer of this host that opened since `since` and
+    ended without closing (killed before it could count) is counted in `unclosed_writers`: what
+    it had not delivered is lost, and how much is not known. Writers on other nodes, with
+    other directories, report nothing here; their spools are counted when `openruns sync`
+    uploads them.
     """
     total = {**losses, "failed_records": dict(losses.get("failed_records") or {})}
+    host = socket.gethostname()
     for path in sorted((run_dir / "writers").glob("*.json")):
         doc = read_json(path)
         if path.stem == own_writer or not isinstance(doc, dict):
             continue
-        if not isinstance(doc.get("closed_at"), (int, float)) or doc["closed_at"] < since:
+        if not isinstance(doc.get("closed_at"), (int, float)):
+            if _ended_unclosed(doc, since, host):
+                total["unclosed_writers"] = total.get("unclosed_writers", 0) + 1
+            continue
+        if doc["closed_at"] < since:
             continue  # an earlier session's: counted when that session closed the run
         for name in ("dropped_records", "spooled_records"):
             if isinstance(doc.get(name), int) and doc[name]:
@@ -175,6 +205,22 @@ def add_writers_losses(
             if isinstance(count, int) and count:
                 total["failed_records"][where] = total["failed_records"].get(where, 0) + count
     return total
+
+
+def _ended_unclosed(doc: dict[str, Any], since: float, host: str) -> bool:
+    """An open writer's record whose process, on this host and opened since `since`, is gone."""
+    opened, pid = doc.get("opened_at"), doc.get("pid")
+    if not isinstance(opened, (int, float)) or opened < since or doc.get("host") != host:
+        return False
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process by that number: running
+        return False
+    return False
 
 
 def fill_missing(doc: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from ..sinks.server import ServerSink
 from ..spec import RunStatus
 from ..upload.stats import Stats
 from ..wire import Disposition, WireClient, disposition, retrying
-from .offline import OfflineBackend
+from .offline import OfflineBackend, open_writer
 
 __all__ = ["ServerBackend"]
 
@@ -137,6 +137,7 @@ class ServerBackend:
 
     def make_sink(self, stats: Stats) -> ServerSink:
         spool = Spool(self.local.run_dir, new_writer_id(), self.settings.spool_bytes)
+        open_writer(self.local.run_dir, spool.writer_id)
         self._sink = ServerSink(
             self.wire,
             self.run_id,

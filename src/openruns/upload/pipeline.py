@@ -170,8 +170,13 @@ class Pipeline:
         """
         if self._closed or not rows:
             return False
-        if not budgeted:
-            return self._queue_logs(LogLines(rows, 0))
+        if not budgeted:  # the lifecycle's lines: queued as a barrier is (see upload/queue.py)
+            if not self._started:
+                self._start()
+            self._lanes["metrics"].queue.put_control(
+                Item("logs", LogLines(rows, 0), len(rows), None, time.time())
+            )
+            return True
         deadline = time.monotonic() + wait
         while rows:
             fit, cost = self._take_log_budget(rows, deadline)
@@ -254,7 +259,7 @@ class Pipeline:
         deadline = None if timeout is None else time.monotonic() + timeout
         barriers = [_Barrier(deadline) for _ in self._lanes]
         for lane, barrier in zip(self._lanes.values(), barriers, strict=True):
-            lane.queue.put_control(barrier)
+            lane.queue.put_control(Item("barrier", barrier, 0, None, 0.0))
         return all(b.done.wait(_remaining(deadline)) for b in barriers)
 
     def close(self, timeout: float | None) -> bool:
@@ -276,7 +281,7 @@ class Pipeline:
         if self._sink is not None:
             self._sink.closing(sink_deadline)
         for lane in self._lanes.values():
-            lane.queue.put_control(_Stop(sink_deadline))
+            lane.queue.put_control(Item("barrier", _Stop(sink_deadline), 0, None, 0.0))
         for lane in self._lanes.values():
             lane.join(deadline)
         if all(lane.stopped for lane in self._lanes.values()):

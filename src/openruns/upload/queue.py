@@ -6,10 +6,18 @@ handoff between the encoder and the sink thread.
 `put()`, which never waits: when the records queued would exceed the bound, the call's records
 are refused and counted in `dropped`, and one warning is logged per burst of refusals. The
 bound is in records because the queue holds references to the caller's objects, which cost
-nothing here until encoded. The lock guards only counters and a deque append, never I/O, and no
-lifecycle path takes it, so a signal handler that interrupts a put cannot deadlock. The encoder
-sleeps in `wait()` until a deadline of its own, and a put wakes it only when it matters: the
-encoder is idle, an episode or trace call arrived, or WAKE_AT_RECORDS metric rows are waiting.
+nothing here until encoded. The encoder sleeps in `wait()` until a deadline of its own, and a
+put wakes it only when it matters: the encoder is idle, an episode or trace call arrived, or
+WAKE_AT_RECORDS metric rows are waiting.
+
+The lifecycle (`put_control`: a flush's barrier, close's stop, a run's last log lines) runs in
+a SIGTERM handler too, on top of whatever the main thread was doing: possibly a put, holding
+the producers' lock, or halfway through waking the encoder. So it takes no lock a put may
+hold: its items go to a deque of their own, and the wake-up is a `queue.SimpleQueue`, whose
+put CPython makes reentrant (a threading.Event's set takes a lock: a handler that interrupted
+one and set it again waited forever, and the launcher's SIGKILL took the run's unsent records
+with it; issue 24). The encoder takes the lifecycle items queued before the calls it takes, and
+hands them on after those calls, so a barrier still follows everything put before it.
 
 `ByteQueue`: a blocking FIFO bounded by the bytes of what it holds (encoded pieces), so the
 encoder waits when compression falls behind, whatever the size of the records.
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import queue
 import threading
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -45,7 +54,6 @@ class Item(NamedTuple):
 class RecordQueue:
     def __init__(self, max_records: int):
         self.max_records = max_records
-        self.wakeup = threading.Event()
         self.dropped = 0
         # A call is two entries: (kind, count, step, ts), a tuple of untracked values, which the
         # garbage collector stops tracking at its first pass, then its payload (a metrics dict
@@ -57,6 +65,9 @@ class RecordQueue:
         self._lock = threading.Lock()  # producers only
         self._accepted = 0  # written under _lock by producers
         self._taken = 0  # written by the encoder thread only, which never takes _lock
+        self._controls: collections.deque[Item] = collections.deque()  # the lifecycle's
+        self._control_records = 0  # records the lifecycle queued (its log lines)
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._in_burst = False
         self._idle = False  # the encoder sleeps with no deadline: any put must wake it
 
@@ -78,7 +89,7 @@ class RecordQueue:
         if accepted:
             if self._idle or kind != "metrics" or queued >= WAKE_AT_RECORDS:
                 self._idle = False
-                self.wakeup.set()
+                self._wake.put(None)
         elif first_refusal:
             logger.warning(
                 "openruns: upload queue full (%d records waiting); dropped the %d records of "
@@ -88,35 +99,46 @@ class RecordQueue:
             )
         return accepted
 
-    def put_control(self, payload: Any) -> None:
-        """Queue a barrier. Bypasses the bound and the lock: lifecycle paths must never wait."""
-        self._heads.append(("barrier", 0, None, 0.0))
-        self._payloads.append(payload)
-        self.wakeup.set()
+    def put_control(self, item: Item) -> None:
+        """Queue a lifecycle item: a barrier (kind "barrier", no records) or records that must
+        not be refused (a run's last log lines). Bypasses the bound and takes no lock: see the
+        module docstring."""
+        self._control_records += item.records
+        self._controls.append(item)
+        self._wake.put(None)
 
     def wait(self, timeout: float | None) -> None:
         """Encoder thread: sleep until woken or `timeout` seconds (None: until woken)."""
         if timeout is None:
             self._idle = True
-            if self._payloads:  # a put between the last take and `_idle` did not wake us
+            if self._payloads or self._controls:  # a put since the last take did not wake us
                 self._idle = False
                 return
-        self.wakeup.wait(timeout)
+        try:
+            self._wake.get(timeout=timeout)
+        except queue.Empty:
+            pass
         self._idle = False
-        self.wakeup.clear()
+        while True:  # the wakes of the puts it is about to take
+            try:
+                self._wake.get_nowait()
+            except queue.Empty:
+                break
 
     def take_all(self) -> Iterator[Item]:
         """What is queued now, oldest first, one at a time (encoder thread only): each Item
-        lives only while it is encoded."""
+        lives only while it is encoded; then the lifecycle items queued before this take."""
+        controls = [self._controls.popleft() for _ in range(len(self._controls))]
         heads, payloads = self._heads.popleft, self._payloads.popleft
         for _ in range(len(self._payloads)):
             kind, count, step, ts = heads()
             self._taken += count
             yield Item(kind, payloads(), count, step, ts)
+        yield from controls
 
     @property
     def accepted(self) -> int:
-        return self._accepted
+        return self._accepted + self._control_records
 
 
 class ByteQueue:

@@ -94,13 +94,31 @@ function renderHeader(run) {
     endingBox(run),
     retentionNote(retention),
     h("dl", { class: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
-    h("div", { class: lost ? "losses warn" : "losses", id: "losses" },
-      lost
-        ? [h("strong", {}, "Records lost: "),
-          `${formatNumber(losses.dropped_records || 0)} dropped by the SDK`,
-          failed.map(([reason, n]) => `; ${formatNumber(n)} failed (${reason})`)]
-        : "No records lost (0 dropped, 0 failed)."),
+    lossesLine(losses, lost, failed),
   );
+}
+
+// What the run's writers could not deliver: dropped and failed records, the processes killed
+// before they could count theirs (unclosed_writers), and what waits in a local spool.
+function lossesLine(losses, lost, failed) {
+  const unclosed = losses.unclosed_writers || 0;
+  const spooled = losses.spooled_records || 0;
+  const spool = losses.spool || {};
+  return h("div", { class: lost || unclosed || spooled ? "losses warn" : "losses", id: "losses" },
+    lost || unclosed
+      ? [h("strong", {}, "Records lost: "),
+        `${formatNumber(losses.dropped_records || 0)} dropped by the SDK`,
+        failed.map(([reason, n]) => `; ${formatNumber(n)} failed (${reason})`),
+        unclosed
+          ? `; ${formatNumber(unclosed)} process${unclosed === 1 ? "" : "es"} ended without closing `
+            + "the run (killed?): what they had not sent is lost and was not counted"
+          : null, ". "]
+      : "No records lost (0 dropped, 0 failed). ",
+    spooled
+      ? `${formatNumber(spooled)} records wait in a local spool`
+        + (spool.dir ? ` (${spool.host ? `${spool.host}:` : ""}${spool.dir}; upload them with openruns sync)` : "")
+        + "."
+      : null);
 }
 
 // What retention dropped of an old run (issue 22; GET /runs/{id}/retention), in one line.
