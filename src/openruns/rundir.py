@@ -4,7 +4,7 @@ batch on disk is, byte for byte, the body of its upload.
 
     <run dir>/
       run.json                               run metadata and status (written by the owner only)
-      writers/<writer>.json                  one per writing process: pid, counts, losses
+      writers/<writer>.json                  one per writing process: pid; counts at its close
       <stream>/<writer>-<seq>.ndjson.zst     sealed segment (stream: metrics, episodes, traces,
                                              annotations, logs: console lines)
       <stream>/<writer>-<seq>.ndjson.zst.open  the segment a live writer is appending to
