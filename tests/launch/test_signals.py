@@ -7,10 +7,10 @@ Real processes, a real server on loopback.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
-import textwrap
 
 import httpx
 import pytest
@@ -75,6 +75,17 @@ def _logged(notes) -> int:
     return len(notes.read_text().splitlines())
 
 
+def _job(tmp_path, name: str, command: list[str], grace: float | None = None):
+    """A job file: one component, an online run whose directory is tmp_path/local."""
+    launch = "" if grace is None else f"[launch]\ngrace = {grace}\n"
+    job = tmp_path / "job.toml"
+    job.write_text(
+        f'[run]\nmode = "online"\ndir = "{tmp_path / "local"}"\n{launch}\n'
+        f"[[component]]\nname = {name!r}\ncommand = {json.dumps(command)}\n"
+    )
+    return job
+
+
 def _every_step(ids: set[str], noted: int, stderr: str = "") -> None:
     """Exactly the steps logged: those noted, and at most the one a signal cut before its note."""
     expected = ({f"ep-{i}" for i in range(n)} for n in (noted, noted + 1))
@@ -129,20 +140,7 @@ def test_a_child_of_openruns_run_sigtermed_mid_logging_has_every_record_counted(
 def test_a_component_of_openruns_launch_sigtermed_mid_logging_flushes_first(server, tmp_path):
     child = script(tmp_path, "component.py", LOGGER)
     notes, ready = tmp_path / "notes", tmp_path / "ready"
-    job = tmp_path / "job.toml"
-    job.write_text(
-        textwrap.dedent(
-            f"""
-            [run]
-            mode = "online"
-            dir = "{tmp_path / "local"}"
-
-            [[component]]
-            name = "orchestrator"
-            command = ["{sys.executable}", "{child}", "{notes}", "{ready}"]
-            """
-        )
-    )
+    job = _job(tmp_path, "orchestrator", [sys.executable, child, str(notes), str(ready)])
     env = {
         "OPENRUNS_BASE_URL": server.url,
         "OPENRUNS_CAPTURE_CONSOLE": "0",
@@ -217,23 +215,7 @@ def test_a_component_killed_before_it_could_count_is_counted_by_the_owner(server
         """,
     )
     ready = tmp_path / "ready"
-    job = tmp_path / "job.toml"
-    job.write_text(
-        textwrap.dedent(
-            f"""
-            [run]
-            mode = "online"
-            dir = "{tmp_path / "local"}"
-
-            [launch]
-            grace = 1
-
-            [[component]]
-            name = "trainer"
-            command = ["{sys.executable}", "{child}", "{ready}"]
-            """
-        )
-    )
+    job = _job(tmp_path, "trainer", [sys.executable, child, str(ready)], grace=1)
     env = {"OPENRUNS_BASE_URL": server.url, "OPENRUNS_CAPTURE_CONSOLE": "0"}
     owner = spawn_cli("launch", str(job), cwd=tmp_path, env=env)
     wait_for(ready, timeout=patience.START)
