@@ -45,7 +45,8 @@ class OpenRun(Protocol):
     """What the exit paths ask of an open run (run.Run is one): close it without raising,
     within `timeout` seconds (None: its own budget). `fatal` is the uncaught exception that
     ends the process, described for the run's owner; `exception` is that exception, whose
-    traceback goes to the run's console output."""
+    traceback goes to the run's console output. True: its close was already under way on the
+    calling thread (a finish() the signal interrupted), hurried now; the caller returns to it."""
 
     def _finish_quietly(
         self,
@@ -54,7 +55,7 @@ class OpenRun(Protocol):
         timeout: float | None,
         fatal: str | None = None,
         exception: BaseException | None = None,
-    ) -> None: ...
+    ) -> bool: ...
 
 
 # After SIGTERM a run is closed within this (or finish_timeout, if smaller), not the whole drain
@@ -66,6 +67,8 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 _open: dict[int, OpenRun] = {}
 _previous: dict[int, Any] = {}
+# A signal that came while this thread was closing a run: delivered once no run is open.
+_pending: dict[int, Any] = {}
 _uncaught: BaseException | None = None
 _interrupted = False  # a SIGINT arrived: a run still open at exit is cancelled
 _atexit_registered = False
@@ -85,10 +88,15 @@ def opened(run: OpenRun) -> None:
 
 
 def closed(run: OpenRun) -> None:
+    pending: list[tuple[int, Any]] = []
     with _lock:
         _open.pop(id(run), None)
         if not _open:
             _restore_signal_handlers()
+            pending = list(_pending.items())
+            _pending.clear()
+    for signum, previous in pending:  # a signal that came during this close (_on_signal)
+        _deliver(signum, previous, None)
 
 
 def _at_exit() -> None:
@@ -126,9 +134,24 @@ def _on_signal(signum: int, frame: Any) -> None:
             previous(signum, frame)
             return
     status = RunStatus.CANCELLED if signum == signal.SIGINT else RunStatus.CRASHED
+    interrupted_close = False
     for run in list(_open.values()):
-        run._finish_quietly(status, f"terminated by {name}", timeout=SIGNAL_DRAIN_SECONDS)
+        if run._finish_quietly(status, f"terminated by {name}", timeout=SIGNAL_DRAIN_SECONDS):
+            interrupted_close = True
+    if interrupted_close:
+        # This thread was inside a finish() draining uploads (up to finish_timeout): ending
+        # the process here would cut the drain, and its records would be neither sent nor
+        # spooled nor counted. The close goes on, hurried to the signal's budget; closed()
+        # delivers the signal when it ends.
+        _pending.setdefault(signum, previous)
+        return
     _restore_signal_handlers()
+    _deliver(signum, previous, frame)
+
+
+def _deliver(signum: int, previous: Any, frame: Any) -> None:
+    """What the signal would have done without openruns: the displaced handler, or the
+    default one (re-delivered, so the process ends by the signal)."""
     if callable(previous):
         previous(signum, frame)
     elif previous == signal.SIG_DFL:

@@ -105,6 +105,9 @@ class Run:
         self._step = -1
         self._finish_lock = threading.RLock()
         self._finishing = False
+        self._closer: threading.Thread | None = None  # the thread running the close
+        self._closed = threading.Event()  # the close has ended
+        self._hurried_by: float | None = None  # a signal's deadline for a close in progress
         self._raised_deferred = False
         self._pipeline: Pipeline | None = None
         if settings.mode != "disabled":
@@ -479,6 +482,7 @@ class Run:
                     raise TypeError(f"summary must be a mapping, got {type(summary).__name__}")
                 self.summary.update(clean_finite(summary))
             self._finishing = True
+            self._closer = threading.current_thread()
             self._status = status
             self._error = error
             if status is RunStatus.FAILED and error and self._fatal is None:
@@ -538,7 +542,8 @@ class Run:
         if finalizes:
             if self._default_name is not None:
                 self._fill({"name": self._default_name})
-            self._contain("finalizing the run", lambda: self._finalize(deadline))
+            hurried_by = self._hurried_by or deadline  # a signal may have hurried the close
+            self._contain("finalizing the run", lambda: self._finalize(min(deadline, hurried_by)))
         else:
             if self._fatal is not None:
                 fatal = f"{self._fatal} ({component_name()})"
@@ -553,8 +558,9 @@ class Run:
         if ownership is Ownership.OWNER:
             unexport_run(self._id)
         self._contain("closing the connection", self._backend.close)
-        exits.closed(self)
         self._report_losses(drained)
+        self._closed.set()
+        exits.closed(self)  # last: delivers a signal that came during this close (exits.py)
 
     def _finalize(self, deadline: float) -> None:
         wished = self._status
@@ -627,13 +633,22 @@ class Run:
         timeout: float | None,
         fatal: str | None = None,
         exception: BaseException | None = None,
-    ) -> None:
+    ) -> bool:
         """finish() for the exit hooks: never raises; the drain budget is the smaller one.
         `fatal`: the uncaught exception that ends the process, reported to the run's owner;
-        `exception`: that exception, whose traceback goes to the run's console output."""
+        `exception`: that exception, whose traceback goes to the run's console output.
+        A close already under way (finish() draining when a signal came) is hurried to end
+        within the budget instead: True when it runs on the calling thread, which must then
+        return to it (the signal handler, exits.py); another thread's close is waited for."""
         budget = self._settings.finish_timeout
         if timeout is not None:
             budget = min(budget, timeout)
+        if self._finishing and not self._closed.is_set():
+            self._hurry(budget)
+            if self._closer is threading.current_thread():
+                return True
+            self._closed.wait(budget)
+            return False
         if fatal is not None and self._fatal is None:
             self._fatal = fatal
         if exception is not None and not self._finishing:
@@ -642,6 +657,16 @@ class Run:
             self._finish(None, status, error, budget, said=False)
         except Exception:
             logger.exception("openruns: closing run %s at exit failed", self._id)
+        return False
+
+    def _hurry(self, timeout: float) -> None:
+        """The close under way ends within `timeout` s: what is not sent by then is spooled
+        (the final status keeps its share, as in _teardown)."""
+        reserve = min(self._settings.retry_timeout, timeout / 4) if self._sets(self._status) else 0
+        now = time.monotonic()
+        self._hurried_by = min(now + timeout, self._hurried_by or now + timeout)
+        if self._pipeline is not None:
+            self._pipeline.hurry(now + timeout - reserve)
 
     def _contain(self, what: str, action: Any) -> None:
         try:
@@ -689,6 +714,7 @@ class Run:
         # The child joins the run but never sets its status (its pid is not the finalizer's);
         # the pipeline resets itself.
         self._finish_lock = threading.RLock()
+        self._closed = threading.Event()
 
     def __repr__(self) -> str:
         return f"<openruns.Run id={self._id!r} kind={self._kind} status={self._status.value}>"

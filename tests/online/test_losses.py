@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import threading
 import time
@@ -15,6 +16,7 @@ from openruns.rundir import read_json, segment_paths, write_json_atomic
 from openruns.server.config import ServerSettings
 
 from .. import patience
+from ..sdk.helpers import spawn
 from .conftest import all_episodes, episode, get, synced
 from .faultproxy import FaultProxy
 
@@ -184,3 +186,64 @@ def test_by_default_a_killed_producer_shows_crashed_within_a_minute():
     # The last heartbeat comes at most `heartbeat_every` before the kill; a read marks the run
     # crashed `timeout` after it, the sweep at most `sweep` later.
     assert timeout + sweep <= 60 and heartbeat_every * 3 <= timeout
+
+
+def test_a_sigterm_during_finish_lets_the_drain_end_in_the_spool_then_ends_the_process(
+    server, tmp_path
+):
+    # The server stores the first episodes upload, then is busy for the rest: finish() would
+    # wait for it up to its finish_timeout (an hour here). A SIGTERM in that wait (a time
+    # limit at the end of a job) must not cut the drain: the close is hurried to the signal's
+    # budget, what is not sent is spooled and counted, the status arrives, then the signal
+    # ends the process as it would have.
+    taken = {"episodes": 0}
+
+    def busy_after_one(method: str, path: str) -> str | None:
+        if path.endswith("/episodes"):
+            taken["episodes"] += 1
+            return None if taken["episodes"] <= 1 else "503_before"
+        return None
+
+    proxy = FaultProxy(server.url, rate=0.0, rule=busy_after_one).start()
+    finishing = tmp_path / "finishing"
+    code = f"""
+        import openruns, time
+        run = openruns.init(kind="eval")
+        for i in range(40):
+            run.log_episodes([{{"id": f"ep-{{i}}", "traces": [{{"text": "x" * 20000}}]}}])
+            time.sleep(0.05)
+        open({str(finishing)!r}, "w").close()
+        run.finish()
+        print("finish returned")
+    """
+    env = {
+        "OPENRUNS_BASE_URL": proxy.url,
+        "OPENRUNS_DIR": str(tmp_path / "runs"),
+        "OPENRUNS_FINISH_TIMEOUT": "3600",
+        "OPENRUNS_CAPTURE_CONSOLE": "0",
+        "OPENRUNS_SYSTEM_METRICS_INTERVAL": "0",
+    }
+    try:
+        proc = spawn(code, tmp_path, env)
+        deadline = time.monotonic() + patience.START
+        while not finishing.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert finishing.exists(), proc.communicate()
+        time.sleep(0.5)  # into finish()'s drain
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=patience.EXIT)
+    finally:
+        proxy.stop()
+    assert proc.returncode == -signal.SIGTERM, err  # the signal's own end, after the close
+    assert "finish returned" not in out
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    doc = get(server.url, f"/runs/{run_dir.name}")
+    assert doc["status"] == "completed", doc  # finish() had said so before the signal
+    delivered = {e["id"] for e in all_episodes(server.url, run_dir.name)}
+    spooled = doc["losses"].get("spooled_records", 0)
+    assert spooled and doc["losses"]["dropped_records"] == 0, (doc["losses"], taken, err)
+    assert len(delivered) + spooled >= 40
+    synced(server.url, run_dir)
+    assert {e["id"] for e in all_episodes(server.url, run_dir.name)} == {
+        f"ep-{i}" for i in range(40)
+    }

@@ -233,7 +233,10 @@ class ServerSink:
         """close() is coming (after the batches still on their way): past `deadline`, a batch
         that finds no room in memory goes to the spool rather than wait."""
         with self._cond:
-            self._close_deadline = deadline
+            if self._close_deadline is None or (
+                deadline is not None and deadline < self._close_deadline
+            ):
+                self._close_deadline = deadline  # a signal during close hurries it (exits.py)
             self._changed()
 
     def flush(self, streams: tuple[str, ...], deadline: float | None) -> None:
@@ -259,7 +262,7 @@ class ServerSink:
                 self.health.retry_at = min(self.health.retry_at, self._close_began)
                 self._changed()
             while not self._settled(lane):
-                left = _remaining(deadline)
+                left = _remaining(_earlier(deadline, self._close_deadline))
                 if left == 0.0:
                     break
                 # Woken by every outcome; when down, also when the silence reaches the limit.
@@ -644,6 +647,10 @@ def _not_stored(outcome: str, error: BaseException | None) -> bool:
 
 def _lane(stream: str) -> str:
     return "metrics" if stream in ROW_STREAMS else "records"
+
+
+def _earlier(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def _remaining(deadline: float | None) -> float | None:

@@ -62,6 +62,7 @@ logger = logging.getLogger("openruns")
 # A batch is handed on when its oldest line is this old even if not full, so readers see data
 # within about a second.
 MAX_BATCH_AGE = 1.0
+JOIN_SLICE = 0.1  # close's wait for the lanes looks again at its deadline this often
 # Lines per batch (the upload unit): ~5 MB compressed, a request every ~0.1 s at full speed.
 BATCH_BYTES = 16 * 1024 * 1024
 HANDOFF_BYTES = {"metrics": 1024 * 1024, "records": 8 * 1024 * 1024}
@@ -139,6 +140,7 @@ class Pipeline:
         self._start_lock = threading.Lock()
         self._started = False
         self._closed = False
+        self._hurried_by: float | None = None  # a signal's deadline for the close (hurry)
         self._sink: Sink | None = None
 
     @property
@@ -262,6 +264,13 @@ class Pipeline:
             lane.queue.put_control(Item("barrier", barrier, 0, None, 0.0))
         return all(b.done.wait(_remaining(deadline)) for b in barriers)
 
+    def hurry(self, deadline: float) -> None:
+        """A close under way (or to come) ends by `deadline` (time.monotonic()): the sink
+        spools what it has not sent a little before, as close does at its own deadline."""
+        self._hurried_by = deadline if self._hurried_by is None else min(deadline, self._hurried_by)
+        if self._sink is not None:
+            self._sink.closing(deadline - min(2.0, 0.2 * max(0.0, deadline - time.monotonic())))
+
     def close(self, timeout: float | None) -> bool:
         """Drain and stop within `timeout`; what is left is counted as dropped. Idempotent."""
         if self._closed:
@@ -283,7 +292,7 @@ class Pipeline:
         for lane in self._lanes.values():
             lane.queue.put_control(Item("barrier", _Stop(sink_deadline), 0, None, 0.0))
         for lane in self._lanes.values():
-            lane.join(deadline)
+            lane.join(lambda: _earlier(deadline, self._hurried_by))
         if all(lane.stopped for lane in self._lanes.values()):
             return True
         unsent = max(0, self.accepted - self.stats.settled())
@@ -390,9 +399,15 @@ class _Lane:
         for thread in self.threads:
             thread.start()
 
-    def join(self, deadline: float | None) -> None:
+    def join(self, deadline: Callable[[], float | None]) -> None:
+        """Wait for the threads until `deadline()`, asked again every JOIN_SLICE: a signal
+        during the wait may bring it nearer (Pipeline.hurry)."""
         for thread in self.threads:
-            thread.join(_remaining(deadline))
+            while thread.is_alive():
+                left = _remaining(deadline())
+                if left == 0.0:
+                    break
+                thread.join(JOIN_SLICE if left is None else min(JOIN_SLICE, left))
         self.stopped = not any(t.is_alive() for t in self.threads)
 
     def _encode_loop(self) -> None:
@@ -480,6 +495,10 @@ def _until_oldest_is_due(cutters: Iterable[FrameCutter]) -> float | None:
     if not times:
         return None
     return max(0.0, min(times) + MAX_BATCH_AGE - time.monotonic())
+
+
+def _earlier(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def _remaining(deadline: float | None) -> float | None:
