@@ -13,7 +13,8 @@ is still closed).
 - SIGTERM: every open run is closed within the signal's drain budget (an owned one crashed,
   "terminated by SIGTERM"; an attached one only flushes: what it cannot deliver is spooled and
   counted, issue 20), then the handler that was installed before ours runs (the default one
-  re-delivers the signal);
+  re-delivers the signal); a close already under way on the interrupted thread (finish()
+  draining) is hurried to that budget instead, and the signal delivered when it ends;
 - SIGINT: the run stays open and the previous handler runs (Python's raises KeyboardInterrupt,
   which reaches the caller's code: a trainer may catch it to checkpoint and keep logging); the
   run is cancelled when the exception leaves `with run:`, or at exit. Only where SIGINT would
