@@ -19,7 +19,7 @@ from openruns.server import serve_in_thread
 
 from .. import patience
 from ..online.conftest import synced
-from ..online.faultproxy import FaultProxy
+from ..online.faultproxy import FaultProxy, busy_after_one
 from ..procs import default_signals, track
 from .helpers import cli_env, script, spawn_cli, wait_for
 
@@ -96,14 +96,7 @@ def test_a_child_of_openruns_run_sigtermed_mid_logging_has_every_record_counted(
     # The server takes the first episode upload and then is too busy for the rest: at the
     # signal the child has records delivered, and records it can only spool.
     taken = {"episodes": 0}
-
-    def busy_after_one(method: str, path: str) -> str | None:
-        if path.endswith("/episodes"):
-            taken["episodes"] += 1
-            return None if taken["episodes"] <= 1 else "503_before"
-        return None
-
-    proxy = FaultProxy(server.url, rate=0.0, rule=busy_after_one).start()
+    proxy = FaultProxy(server.url, rate=0.0, rule=busy_after_one(taken)).start()
     try:
         child = script(tmp_path, "child.py", LOGGER)
         notes, ready = tmp_path / "notes", tmp_path / "ready"

@@ -27,6 +27,19 @@ FAULTS = (
 )
 
 
+def busy_after_one(taken: dict[str, int]):
+    """A rule: the first episodes upload goes through, every later one is answered 503 (busy,
+    Retry-After: 1) before the server sees it; `taken["episodes"]` counts them."""
+
+    def rule(method: str, path: str) -> str | None:
+        if path.endswith("/episodes"):
+            taken["episodes"] += 1
+            return None if taken["episodes"] <= 1 else "503_before"
+        return None
+
+    return rule
+
+
 class FaultProxy:
     """
     `rule(method, path)` may choose the fault of a request itself (a name from FAULTS, or

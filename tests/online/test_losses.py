@@ -18,7 +18,7 @@ from openruns.server.config import ServerSettings
 from .. import patience
 from ..sdk.helpers import spawn
 from .conftest import all_episodes, episode, get, synced
-from .faultproxy import FaultProxy
+from .faultproxy import FaultProxy, busy_after_one
 
 
 class HangUp:
@@ -197,14 +197,7 @@ def test_a_sigterm_during_finish_lets_the_drain_end_in_the_spool_then_ends_the_p
     # budget, what is not sent is spooled and counted, the status arrives, then the signal
     # ends the process as it would have.
     taken = {"episodes": 0}
-
-    def busy_after_one(method: str, path: str) -> str | None:
-        if path.endswith("/episodes"):
-            taken["episodes"] += 1
-            return None if taken["episodes"] <= 1 else "503_before"
-        return None
-
-    proxy = FaultProxy(server.url, rate=0.0, rule=busy_after_one).start()
+    proxy = FaultProxy(server.url, rate=0.0, rule=busy_after_one(taken)).start()
     finishing = tmp_path / "finishing"
     code = f"""
         import openruns, time
