@@ -5,6 +5,7 @@ every chart."""
 from __future__ import annotations
 
 import statistics
+from urllib.parse import parse_qs, urlparse
 
 import numpy
 from playwright.sync_api import expect
@@ -51,7 +52,7 @@ IN_VIEW = """(els) => els.filter((e) => {
 def test_charts_in_view_when_their_data_arrives_are_drawn_first(page, seeded):
     page.set_viewport_size({"width": 1280, "height": 500})
     page.add_init_script(DRAW_ORDER)
-    # The grid's reads of series are held until the reader has scrolled to the last chart.
+    # The grid's reads of series are held until the reader has scrolled down the page.
     held: list = []
     released = False
 
@@ -65,10 +66,18 @@ def test_charts_in_view_when_their_data_arrives_are_drawn_first(page, seeded):
     with page.expect_request(lambda r: "/metrics?" in r.url):
         page.goto(f"/runs/{seeded.train}")
     charts = page.locator(".chart-section:not([data-section=system]) figure.chart:not(.bands)")
-    charts.last.scroll_into_view_if_needed()
-    in_view = charts.evaluate_all(IN_VIEW)
     keys = charts.evaluate_all("(els) => els.map((e) => e.dataset.key)")
+    # The train group's second row at the top of the view: its first row is out of view,
+    # and one read holds the charts of both rows (one width, one read).
+    page.locator('figure.chart[data-key="train/reward"]').evaluate(
+        "(el) => el.scrollIntoView({block: 'start'})"
+    )
+    in_view = set(charts.evaluate_all(IN_VIEW))
     assert in_view and keys[0] not in in_view  # the first charts in page order are out of view
+    # Two frames: the page's IntersectionObservers have seen the scroll (computed in one
+    # frame's rendering, their callbacks run before the next).
+    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    reads = [set(parse_qs(urlparse(r.request.url).query)["keys"][0].split(",")) for r in held]
     released = True
     for route in held:
         route.continue_()
@@ -76,7 +85,14 @@ def test_charts_in_view_when_their_data_arrives_are_drawn_first(page, seeded):
         expect(charts.nth(i)).to_have_attribute("data-drawn", "true")
     drawn = page.evaluate("window.__drawn")
     assert sorted(drawn) == sorted(keys)
-    assert set(drawn[: len(in_view)]) == set(in_view), (drawn, in_view)
+    # A read's charts are drawn as its data arrives (reads arrive in any order, and one read's
+    # charts may be drawn before another's in view): of each read, those in view first,
+    # whatever their place in the page.
+    mixed = [read for read in reads if read & in_view and read - in_view]
+    assert mixed, (reads, in_view)  # the test means something: a read held both kinds
+    for read in mixed:
+        order = [key for key in drawn if key in read]
+        assert set(order[: len(read & in_view)]) == read & in_view, (order, in_view)
 
 
 def test_smoothing_log_scale_and_time_axes_are_kept_in_the_browser(fresh_page, seeded):
