@@ -14,3 +14,4 @@ START = 300.0  # a subprocess (a server, moto, PostgreSQL, an SDK script) to com
 EXIT = 300.0  # a subprocess to do its work and exit, or to exit after a signal
 SETTLE = 120.0  # the system under test to reach a state it reaches by itself (a thread done)
 PAGE = 60.0  # a dashboard page to show what it shows (its fetches, a chart engine's start, drawing)
+REQUEST = 60.0  # one request to a server on loopback to be answered (httpx's default is 5 s)

@@ -16,6 +16,8 @@ from openruns.api import Client
 from openruns.cli import main as openruns_main
 from openruns.server import serve_in_thread
 
+from ..patience import REQUEST
+
 
 @pytest.fixture(scope="module")
 def server(backend, stores_factory, tmp_path_factory):
@@ -43,7 +45,9 @@ def test_a_run_has_a_project_filtered_in_the_api_and_the_client(server, tmp_path
         assert [r["id"] for r in client.runs(project="rl-sweep")] == [in_sweep.id]
         assert plain.id in {r["id"] for r in client.runs(project="default")}
         assert in_sweep.id not in {r["id"] for r in client.runs(project="default")}
-    answer = httpx.post(f"{server.url}/api/v1/runs", json={"kind": "eval", "project": "a/b"})
+    answer = httpx.post(
+        f"{server.url}/api/v1/runs", json={"kind": "eval", "project": "a/b"}, timeout=REQUEST
+    )
     assert answer.status_code in (400, 422)
     assert "project" in answer.text
 

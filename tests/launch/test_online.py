@@ -60,7 +60,11 @@ def test_online_run_children_attach_with_the_run_token(tmp_path, auth_server):
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["attached"] and seen["mode"] == "online"
     assert seen["key"].startswith("orr_") and seen["key"] != key  # this run's token, not the key
-    with httpx.Client(base_url=url + "/api/v1", headers={"Authorization": f"Bearer {key}"}) as api:
+    with httpx.Client(
+        base_url=url + "/api/v1",
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=patience.REQUEST,
+    ) as api:
         doc = api.get(f"/runs/{seen['id']}").raise_for_status().json()
         assert (doc["name"], doc["status"]) == ("online-job", "failed")
         assert doc["error"] == "the command exited with code 3"
@@ -84,7 +88,11 @@ def test_online_a_child_names_the_run_and_its_exception_is_the_error(tmp_path, a
         env={"OPENRUNS_BASE_URL": url, "OPENRUNS_API_KEY": key, "OPENRUNS_DIR": str(tmp_path)},
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr
-    with httpx.Client(base_url=url + "/api/v1", headers={"Authorization": f"Bearer {key}"}) as api:
+    with httpx.Client(
+        base_url=url + "/api/v1",
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=patience.REQUEST,
+    ) as api:
         doc = api.get("/runs").raise_for_status().json()["items"][0]
     assert (doc["name"], doc["tags"], json.loads(doc["config"]["text"])) == (
         "named-by-the-trainer",
@@ -125,7 +133,11 @@ def test_online_console_lines_reach_the_server_and_sync_sends_offline_ones(tmp_p
     )  # fmt: skip
     assert proc.returncode == 3, proc.stderr
     run_id = json.loads(proc.stdout.strip().splitlines()[-1])["id"]
-    with httpx.Client(base_url=url + "/api/v1", headers={"Authorization": f"Bearer {key}"}) as api:
+    with httpx.Client(
+        base_url=url + "/api/v1",
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=patience.REQUEST,
+    ) as api:
         page = api.get(f"/runs/{run_id}/logs").raise_for_status().json()
         lines = [(item["source"], item["stream"], item["line"]) for item in page["items"]]
         assert ("job step", "stdout", proc.stdout.strip().splitlines()[-1]) in lines

@@ -47,7 +47,8 @@ def test_an_eval_closed_elsewhere_takes_the_sdks_update_without_an_error(
         run.log_episodes([episode(0)])
         run.flush()
         base = os.environ["PRIME_API_BASE_URL"]  # another process closes it first
-        httpx.post(f"{{base}}/api/v1/runs/{{run.id}}/finish", json={{"status": "{closed_as}"}})
+        closing = {{"status": "{closed_as}"}}
+        httpx.post(f"{{base}}/api/v1/runs/{{run.id}}/finish", json=closing, timeout=60)
         if "{closed_as}" == "completed":
             run.finish({{"accuracy": 0.5}})
         else:

@@ -11,6 +11,7 @@ import io
 import httpx
 import pyarrow.parquet as pq
 
+from ..patience import REQUEST
 from .helpers import FaultOnce, assert_clean, run_sdk, stamped
 
 
@@ -127,7 +128,9 @@ def test_a_training_run_with_metrics_one_replayed_after_a_502_is_finalized(
         **{("loss", s): 1.0 / (s + 1) for s in range(3)},
         **{("opt/lr", s): 1e-6 for s in range(3)},
     }
-    export = httpx.get(f"{server.url}/api/v1/runs/{run['id']}/export/metrics.ndjson").text
+    export = httpx.get(
+        f"{server.url}/api/v1/runs/{run['id']}/export/metrics.ndjson", timeout=REQUEST
+    ).text
     assert '"step":2,"value":0.3333333333333333,"ts":1002.0' in export
     steps = sorted(row["step"] for row in client.episodes(run["id"]))
     assert steps == [0, 0, 1, 1, 2, 2]
@@ -176,7 +179,9 @@ def test_opted_out_eval_rows_are_kept_and_their_episodes_stored(server, client, 
     assert run["status"] == "completed"
     # Nothing went to Prime Traces: the rows went to the legacy table.
     assert run["summary"] == {"prime_runs": {"traces_episodes_written": 0}}
-    exported = httpx.get(f"{server.url}/api/v1/runs/{run['id']}/prime/eval-samples")
+    exported = httpx.get(
+        f"{server.url}/api/v1/runs/{run['id']}/prime/eval-samples", timeout=REQUEST
+    )
     rows = [httpx.Response(200, content=line).json() for line in exported.content.splitlines()]
     assert rows == report["rows"]
     assert [r["rollout_number"] for r in rows] == [1, 1, 2]
@@ -206,9 +211,11 @@ def test_opted_out_training_samples_go_through_presign_put_and_confirm(server, c
     run = client.run(report["id"])
     assert run["status"] == "completed"
     base = f"{server.url}/api/v1/runs/{run['id']}/prime/train-samples"
-    objects = httpx.get(base).json()["items"]
+    objects = httpx.get(base, timeout=REQUEST).json()["items"]
     assert [(o["step"], o["rows"]) for o in objects] == [(0, 3), (10, 3), (20, 3)]
-    table = pq.read_table(io.BytesIO(httpx.get(server.url + objects[1]["url"]).content))
+    table = pq.read_table(
+        io.BytesIO(httpx.get(server.url + objects[1]["url"], timeout=REQUEST).content)
+    )
     assert table.column("run_id").to_pylist() == [run["id"]] * 3
     assert table.column("step").to_pylist() == [10] * 3
     assert table.column("advantage").to_pylist() == [0.0, 0.1, 0.2]
@@ -220,7 +227,9 @@ def test_opted_out_training_samples_go_through_presign_put_and_confirm(server, c
 
 
 def test_id_attaches_to_a_run_that_already_exists(server, client, tmp_path):
-    created = httpx.post(f"{server.url}/api/v1/runs", json={"kind": "eval", "name": "hosted"})
+    created = httpx.post(
+        f"{server.url}/api/v1/runs", json={"kind": "eval", "name": "hosted"}, timeout=REQUEST
+    )
     run_id = created.json()["id"]
     report, stderr = run_sdk(
         f"""
@@ -243,7 +252,9 @@ def test_id_attaches_to_a_run_that_already_exists(server, client, tmp_path):
 
     # A hosted training run: attached through the internal root its launcher hands over
     # ($PRIME_API_BASE), where prime-runs also sends the key as x-api-key.
-    train = httpx.post(f"{server.url}/api/v1/runs", json={"kind": "train"}).json()["id"]
+    train = httpx.post(f"{server.url}/api/v1/runs", json={"kind": "train"}, timeout=REQUEST).json()[
+        "id"
+    ]
     watch = FaultOnce(server.url, "/api/internal/rft/metrics", nth=0).start()  # counts only
     try:
         report, stderr = run_sdk(

@@ -13,6 +13,7 @@ import pytest
 from openruns.server import ServerSettings
 from openruns.server.hosts import HostPolicy, host_name
 
+from ..patience import REQUEST
 from .helpers import api, create_run, error_of, metric_rows, new_key
 
 
@@ -63,9 +64,13 @@ def test_with_auth_any_host_is_answered_unless_allowed_hosts_is_set(
     answer = httpx.get(open_server.url + "/api/v1/runs", headers=headers, timeout=30)
     assert answer.status_code == 200, answer.text
     strict = make_server(stores, auth=True, allowed_hosts=frozenset({"runs.internal"}))
-    assert httpx.get(strict.url + "/api/v1/runs", headers=headers).status_code == 200
+    assert (
+        httpx.get(strict.url + "/api/v1/runs", headers=headers, timeout=REQUEST).status_code == 200
+    )
     headers["Host"] = "evil.example"
-    assert error_of(httpx.get(strict.url + "/api/v1/runs", headers=headers))[:2] == (
+    assert error_of(httpx.get(strict.url + "/api/v1/runs", headers=headers, timeout=REQUEST))[
+        :2
+    ] == (
         400,
         "host_not_allowed",
     )

@@ -16,6 +16,7 @@ from openruns.server.store import Store
 from openruns.server.store.migrate import SCRIPTS
 from openruns.server.store.schema import runs as runs_table
 
+from ..patience import REQUEST
 from .helpers import create_run, error_of, metric_rows, upload
 
 CONFIGS = {
@@ -258,8 +259,12 @@ def test_bad_queries_are_400_naming_the_problem(client, params, code, says):
 def test_a_filter_sees_only_the_callers_team(teams):
     server, keys, _ = teams
     with (
-        httpx.Client(base_url=server.url + "/api/v1", headers=_bearer(keys["red"])) as red,
-        httpx.Client(base_url=server.url + "/api/v1", headers=_bearer(keys["blue"])) as blue,
+        httpx.Client(
+            base_url=server.url + "/api/v1", headers=_bearer(keys["red"]), timeout=REQUEST
+        ) as red,
+        httpx.Client(
+            base_url=server.url + "/api/v1", headers=_bearer(keys["blue"]), timeout=REQUEST
+        ) as blue,
     ):
         create_run(red, config={"format": "json", "text": '{"lr": 1}'})
         create_run(blue, config={"format": "json", "text": '{"lr": 1}'})

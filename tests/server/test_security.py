@@ -16,11 +16,12 @@ import pytest
 from openruns.cli import main as openruns_main
 from openruns.server.auth import SESSION_COOKIE
 
+from ..patience import REQUEST
 from .helpers import api, create_run, error_of, metric_rows, new_key, upload
 
 
 def sign_in(url: str, key: str, **headers: str) -> httpx.Response:
-    return httpx.post(f"{url}/api/v1/session", json={"key": key}, headers=headers)
+    return httpx.post(f"{url}/api/v1/session", json={"key": key}, headers=headers, timeout=REQUEST)
 
 
 def session_client(url: str, cookie: str, **headers: str) -> httpx.Client:
@@ -31,27 +32,28 @@ def session_client(url: str, cookie: str, **headers: str) -> httpx.Client:
 def test_every_answer_carries_the_security_headers(shared_server):
     base = shared_server.url
     for path in ("/", "/signin", "/runs/x", "/static/common.js", "/api/v1/runs", "/api/v1/nope"):
-        response = httpx.get(base + path)
+        response = httpx.get(base + path, timeout=REQUEST)
         assert response.headers["x-content-type-options"] == "nosniff", path
         assert response.headers["referrer-policy"] == "no-referrer"
         assert response.headers["x-frame-options"] == "DENY"
         csp = response.headers["content-security-policy"]
         assert "frame-ancestors 'none'" in csp
         assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
-    page = httpx.get(base + "/").headers["content-security-policy"]
+    page = httpx.get(base + "/", timeout=REQUEST).headers["content-security-policy"]
     assert "script-src 'self';" in page and "default-src 'self';" in page
     assert (
-        "default-src 'none'" in httpx.get(base + "/api/v1/runs").headers["content-security-policy"]
+        "default-src 'none'"
+        in httpx.get(base + "/api/v1/runs", timeout=REQUEST).headers["content-security-policy"]
     )
 
 
 def test_the_api_docs_page_loads_no_inline_script(shared_server):
-    response = httpx.get(shared_server.url + "/api/v1/docs")
+    response = httpx.get(shared_server.url + "/api/v1/docs", timeout=REQUEST)
     assert response.status_code == 200
     csp = response.headers["content-security-policy"]
     assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
     assert "<script>" not in response.text and 'integrity="sha384-' in response.text
-    init = httpx.get(shared_server.url + "/api/v1/docs/init.js")
+    init = httpx.get(shared_server.url + "/api/v1/docs/init.js", timeout=REQUEST)
     assert init.status_code == 200 and "/api/v1/openapi.json" in init.text
 
 
@@ -79,10 +81,16 @@ def test_a_session_cookie_is_httponly_strict_and_acts_for_its_team_only(teams):
         ):
             assert error_of(session.get(path))[:2] == (404, "not_found")
         ui = httpx.get(
-            f"{server.url}/ui/runs/{theirs['id']}/config", cookies={SESSION_COOKIE: token}
+            f"{server.url}/ui/runs/{theirs['id']}/config",
+            cookies={SESSION_COOKIE: token},
+            timeout=REQUEST,
         )
         assert ui.status_code == 404
-        ui = httpx.get(f"{server.url}/ui/runs/{mine['id']}/config", cookies={SESSION_COOKIE: token})
+        ui = httpx.get(
+            f"{server.url}/ui/runs/{mine['id']}/config",
+            cookies={SESSION_COOKIE: token},
+            timeout=REQUEST,
+        )
         assert ui.status_code == 200 and "a" in ui.text
 
 
@@ -177,7 +185,7 @@ def test_sign_in_is_rate_limited_per_address_and_takes_api_keys_only(
 
 
 def test_sign_in_with_auth_off_says_so(shared_server):
-    assert httpx.get(f"{shared_server.url}/api/v1/session").json()["auth"] is False
+    assert httpx.get(f"{shared_server.url}/api/v1/session", timeout=REQUEST).json()["auth"] is False
     status, code, _ = error_of(sign_in(shared_server.url, "ork_x"))
     assert (status, code) == (400, "auth_off")
 

@@ -19,6 +19,7 @@ import pytest
 from openruns.api import Client
 from tests.server.helpers import ServerProcess
 
+from ..patience import REQUEST
 from .helpers import run_script
 
 INIT = """
@@ -79,7 +80,9 @@ def test_a_wrong_key_fails_init_within_seconds_with_the_sdks_error(auth_server, 
     assert "failed wandb.errors.errors CommError the API key is not valid" in done.stdout
     seconds = float(done.stdout.split("after")[-1])
     assert seconds < 60, done.stdout  # no retrying for minutes: a 401 is final
-    answer = httpx.get(f"{server.url}/api/v1/runs", headers={"Authorization": "Bearer " + wrong})
+    answer = httpx.get(
+        f"{server.url}/api/v1/runs", headers={"Authorization": "Bearer " + wrong}, timeout=REQUEST
+    )
     assert answer.status_code == 401
 
 

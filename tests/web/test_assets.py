@@ -19,6 +19,7 @@ from openruns.server.web.assets import (
 )
 from openruns.server.web.highlight import render_config
 
+from ..patience import REQUEST
 from .seed import CONFIG_TOML
 
 PAGES = ("/", "/runs/x", "/runs/x/steps/3", "/runs/x/episodes/e", "/compare?runs=a,b")
@@ -27,7 +28,7 @@ STATIC = Path(__file__).resolve().parents[2] / "src" / "openruns" / "server" / "
 
 @pytest.fixture
 def http(server):
-    with httpx.Client(base_url=server.url) as client:
+    with httpx.Client(base_url=server.url, timeout=REQUEST) as client:
         yield client
 
 

@@ -20,6 +20,7 @@ from playwright.sync_api import expect
 import openruns
 from openruns.server import serve_in_thread
 
+from ..patience import REQUEST
 from .seed import post_logs
 
 
@@ -285,6 +286,6 @@ def test_an_unknown_page_is_an_html_404_for_a_browser_and_json_for_the_api(lenie
     expect(page.locator(".missing h1")).to_have_text("Page not found")
     expect(page.locator(".missing a[href='/']")).to_have_text("All runs")
     for path, accept in (("/no/such/page", "application/json"), ("/api/v1/nothing", "text/html")):
-        answer = httpx.get(f"{runs.url}{path}", headers={"Accept": accept})
+        answer = httpx.get(f"{runs.url}{path}", headers={"Accept": accept}, timeout=REQUEST)
         assert answer.status_code == 404
         assert answer.json()["error"]["code"] == "not_found"

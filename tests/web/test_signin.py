@@ -20,6 +20,7 @@ from openruns.rundir import batch_key
 from openruns.server import ServerHandle, serve_in_thread
 
 from ..browser import PAGE_MS, VIEWPORT
+from ..patience import REQUEST
 
 # Reports every Content-Security-Policy violation a page meets (Chromium also logs them).
 WATCH_CSP = """
@@ -44,7 +45,7 @@ def auth_server(tmp_path, capsys) -> Iterator[tuple[ServerHandle, dict[str, str]
 def _seed(url: str, key: str, name: str) -> str:
     headers = {"Authorization": f"Bearer {key}"}
     body = {"kind": "train", "name": name, "config": {"format": "toml", "text": "a = 1"}}
-    run = httpx.post(f"{url}/api/v1/runs", json=body, headers=headers).json()["id"]
+    run = httpx.post(f"{url}/api/v1/runs", json=body, headers=headers, timeout=REQUEST).json()["id"]
     records = [
         {
             "id": episode_id,
@@ -64,6 +65,7 @@ def _seed(url: str, key: str, name: str) -> str:
         f"{url}/api/v1/runs/{run}/episodes",
         content=data,
         headers={**headers, "Idempotency-Key": batch_key(data)},
+        timeout=REQUEST,
     )
     assert upload.status_code == 200, upload.text
     return run
@@ -116,6 +118,7 @@ def test_signing_in_holds_a_session_never_the_key(browser, auth_server):
         stored_run = httpx.get(
             f"{server.url}/api/v1/runs/{red_run}",
             headers={"Authorization": f"Bearer {keys['red']}"},
+            timeout=REQUEST,
         ).json()
         assert stored_run["tags"] == ["checked"]
 
