@@ -24,7 +24,17 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, func, insert, literal, select, update
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
 
 from ...spec import MAX_STEP  # the SDK's rule, written once
 from . import alerts, metric_times
@@ -318,19 +328,48 @@ def series(
     return out, downsampled
 
 
+# The read path's statements, built once: building and keying a select per query cost as much
+# as SQLite's own work for a 391-row series (issue 21: 400 series on the compare page).
+_p, _b = metric_points, metric_blocks
+_IN_RANGE = and_(
+    _p.c.key_id == bindparam("key_id"), _p.c.step >= bindparam("lo"), _p.c.step <= bindparam("hi")
+)
+_FIRST_STEP = select(func.min(_p.c.step)).where(_IN_RANGE)
+_LAST_STEP = select(func.max(_p.c.step)).where(_IN_RANGE)
+_COUNT_UP_TO = select(func.count()).select_from(
+    select(literal(1)).where(_IN_RANGE).limit(bindparam("up_to")).subquery()
+)
+_POINTS = select(_p.c.step, _p.c.value).where(_IN_RANGE).order_by(_p.c.step)
+_BLOCKS = (
+    select(_b.c.count, _b.c.min, _b.c.max, _b.c.last_step, _b.c.last_value)
+    .where(
+        _b.c.key_id == bindparam("key_id"),
+        _b.c.level == bindparam("level"),
+        _b.c.block >= bindparam("first"),
+        _b.c.block < bindparam("end"),
+    )
+    .order_by(_b.c.block)
+)
+
+
 def _series(
     conn: Connection, key_id: int, step_min: int, step_max: int, max_points: int
 ) -> tuple[list[Summary], bool]:
-    p = metric_points
-    in_range = and_(p.c.key_id == key_id, p.c.step >= step_min, p.c.step <= step_max)
+    where = {"key_id": key_id, "lo": step_min, "hi": step_max}
     if max_points:
-        limited = select(literal(1)).where(in_range).limit(max_points + 1).subquery()
-        if conn.execute(select(func.count()).select_from(limited)).scalar_one() > max_points:
-            lo = conn.execute(select(func.min(p.c.step)).where(in_range)).scalar_one()
-            hi = conn.execute(select(func.max(p.c.step)).where(in_range)).scalar_one()
-            return _downsample(conn, key_id, lo, hi, max_points), True
-    rows = conn.execute(select(p.c.step, p.c.value).where(in_range).order_by(p.c.step))
-    return [(1, v, v, s, v) for s, v in rows], False
+        lo = conn.execute(_FIRST_STEP, where).scalar_one()
+        hi = conn.execute(_LAST_STEP, where).scalar_one()
+        # Fewer steps in range than max_points: fewer points too, no count needed.
+        if lo is not None and hi - lo + 1 > max_points:
+            count = conn.execute(_COUNT_UP_TO, {**where, "up_to": max_points + 1}).scalar_one()
+            if count > max_points:
+                return _downsample(conn, key_id, lo, hi, max_points), True
+    return _points(conn, key_id, step_min, step_max), False
+
+
+def _points(conn: Connection, key_id: int, lo: int, hi: int) -> list[Summary]:
+    rows = conn.execute(_POINTS, {"key_id": key_id, "lo": lo, "hi": hi}).all()
+    return [(1, v, v, s, v) for s, v in rows]
 
 
 def _downsample(conn: Connection, key_id: int, lo: int, hi: int, max_points: int) -> list[Summary]:
@@ -366,27 +405,17 @@ def _cover(conn: Connection, key_id: int, lo: int, hi: int, level: int) -> list[
     """Summaries covering exactly steps lo..hi, in step order: level-`level` blocks inside the
     range, finer ones at its edges."""
     if level == 0:
-        p = metric_points
-        query = (
-            select(p.c.step, p.c.value)
-            .where(p.c.key_id == key_id, p.c.step >= lo, p.c.step <= hi)
-            .order_by(p.c.step)
-        )
-        return [(1, v, v, s, v) for s, v in conn.execute(query)]
+        return _points(conn, key_id, lo, hi)
     size = BLOCK_SIZES[level - 1]
     first = -(-lo // size)  # first block starting at or after lo
     end = (hi + 1) // size  # blocks before this one end at or before hi
     if first >= end:
         return _cover(conn, key_id, lo, hi, level - 1)
-    b = metric_blocks
-    blocks = (
-        select(b.c.count, b.c.min, b.c.max, b.c.last_step, b.c.last_value)
-        .where(b.c.key_id == key_id, b.c.level == level, b.c.block >= first, b.c.block < end)
-        .order_by(b.c.block)
-    )
+    where = {"key_id": key_id, "level": level, "first": first, "end": end}
+    blocks: list[Summary] = [tuple(row) for row in conn.execute(_BLOCKS, where).all()]
     head = _cover(conn, key_id, lo, first * size - 1, level - 1) if lo < first * size else []
     tail = _cover(conn, key_id, end * size, hi, level - 1) if end * size <= hi else []
-    return head + [(n, mn, mx, s, v) for n, mn, mx, s, v in conn.execute(blocks)] + tail
+    return head + blocks + tail
 
 
 def run_keys(conn: Connection, run_seq: int) -> list[tuple[str, int]]:
