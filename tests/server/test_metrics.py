@@ -6,7 +6,7 @@ import pytest
 
 from openruns.rundir import batch_key
 
-from .helpers import create_run, error_of, metric_rows, upload
+from .helpers import api, create_run, error_of, metric_rows, upload
 
 
 @pytest.mark.parametrize("encoding", ["zstd", "gzip", "identity"])
@@ -206,3 +206,45 @@ def test_block_summaries_stay_right_across_rewrites_and_appends_of_several_runs(
     write("a", range(7000, 7001), acc=123.0)  # one point past the key's last block
     write("b", range(2990, 3500), loss=lambda s: s * 1.5)
     check()
+
+
+def test_several_runs_are_read_at_once_as_each_alone(client):
+    """GET /metrics (the compare page's read): each run's answer is its own read's, exactly."""
+    ids = []
+    for n in range(3):
+        rid = create_run(client)["id"]
+        rows = metric_rows(range(50 * (n + 1)), loss=lambda s, n=n: n + 1.0 / (s + 1), acc=0.5)
+        assert upload(client, rid, "metrics", rows).status_code == 200
+        ids.append(rid)
+    params = {"keys": "loss,nope", "max_points": 40}
+    both = client.get("/metrics", params={**params, "runs": ",".join(ids)})
+    assert both.status_code == 200, both.text
+    answers = both.json()["runs"]
+    assert list(answers) == ids
+    for rid in ids:
+        alone = client.get(f"/runs/{rid}/metrics", params=params).json()
+        assert answers[rid] == alone and list(alone["series"]) == ["loss"]
+    assert [answers[rid]["downsampled"] for rid in ids] == [True, True, True]
+    # What cannot be answered is a 4xx that says so; nothing is read.
+    status, code, message = error_of(client.get("/metrics", params={**params, "runs": "nope"}))
+    assert status == 404 and "nope" in message, (code, message)
+    status, code, _ = error_of(client.get("/metrics", params={"runs": ids[0], "keys": ","}))
+    assert (status, code) == (400, "empty_read")
+    many = {"runs": ",".join(ids), "keys": ",".join(f"k{i}" for i in range(200))}
+    status, code, message = error_of(client.get("/metrics", params=many))
+    assert (status, code) == (400, "too_many_keys") and "3 runs x 200 keys" in message
+    status, code, _ = error_of(
+        client.get("/metrics", params={**params, "runs": ",".join(f"r{i}" for i in range(101))})
+    )
+    assert (status, code) == (400, "too_many_runs")
+
+
+def test_a_read_of_several_runs_refuses_another_teams_run(teams):
+    server, keys, _ = teams
+    with api(server.url, keys["red"]) as red, api(server.url, keys["blue"]) as blue:
+        mine, theirs = create_run(red)["id"], create_run(blue)["id"]
+        upload(red, mine, "metrics", metric_rows(range(3), loss=1.0))
+        answer = red.get("/metrics", params={"runs": f"{mine},{theirs}", "keys": "loss"})
+        status, _, message = error_of(answer)
+        assert status == 404 and theirs in message
+        assert red.get("/metrics", params={"runs": mine, "keys": "loss"}).status_code == 200

@@ -301,6 +301,10 @@ class MetricSeries(BaseModel):
     )
 
 
+class RunsMetricSeries(BaseModel):
+    runs: dict[str, MetricSeries] = Field(description="each run's series, by run id")
+
+
 class StepRow(BaseModel):
     step: int | None
     count: int

@@ -10,7 +10,7 @@ from ...batches import BATCH_CONTENT_TYPE
 from ..errors import bad_request
 from ..handlers import JSON
 from ..ingest import MAX_KEY_CHARS, upload_metrics
-from ..models import MetricKey, MetricKeyPage, MetricSeries, MetricsReceipt
+from ..models import MetricKey, MetricKeyPage, MetricSeries, MetricsReceipt, RunsMetricSeries
 from ..store import key_pages, metric_times, metrics
 from ..store.key_pages import KeyOrder
 from ..store.metrics import MAX_STEP, is_kind
@@ -23,6 +23,7 @@ router = APIRouter(tags=["metrics"])
 DEFAULT_KEYS_PAGE = 500
 MAX_KEYS_PAGE = 5000
 MAX_SERIES_KEYS = 500  # series of one read (each is up to max_points points, 4 numbers each)
+MAX_RUNS_READ = 100  # runs of one read of several (the compare page's)
 MAX_KEYS_UNPAGED = 10_000  # the one-list answer of 10,000 keys is about 1 MB
 _KEY_CURSORS: dict[str, tuple[tuple[type, ...], ...]] = {
     "name": ((str,),),
@@ -157,6 +158,40 @@ async def metric_series(
         metric_times.time_series, run["seq"], names, ts_min, ts_max, max_points
     )
     return JSON({"series": series, "downsampled": downsampled or timed_downsampled, "time": timed})
+
+
+@router.get("/metrics", response_model=RunsMetricSeries)
+async def runs_metric_series(
+    state: State,
+    caller: Caller,
+    runs: Annotated[str, Query(min_length=1, max_length=20_000, description="comma-separated")],
+    keys: Annotated[str, Query(min_length=1, max_length=100_000, description="comma-separated")],
+    step_min: Annotated[int, Query(ge=0, le=MAX_STEP)] = 0,
+    step_max: Annotated[int, Query(ge=0, le=MAX_STEP)] = MAX_STEP,
+    max_points: Annotated[int, Query(ge=0, le=100_000, description="0: every point")] = 1000,
+    ts_min: Annotated[float | None, Query(description="time-keyed rows from (epoch s)")] = None,
+    ts_max: Annotated[float | None, Query(description="time-keyed rows up to (epoch s)")] = None,
+) -> JSON:
+    """
+    The named keys of several runs in one read, each run's answer as `/runs/{id}/metrics`
+    gives it (the compare page: 20 runs x 8 keys is one request, not 20). At most 100 runs and
+    500 series (runs x keys) a read; a run the caller cannot read fails the read, naming it.
+    """
+    ids = list(dict.fromkeys(r for r in runs.split(",") if r))
+    names = list(dict.fromkeys(k for k in keys.split(",") if k))
+    if not ids or not names:
+        raise bad_request("empty_read", "name at least one run (runs=) and one key (keys=)")
+    if len(ids) > MAX_RUNS_READ:
+        raise bad_request(
+            "too_many_runs", f"{len(ids)} runs were asked for; one read gives {MAX_RUNS_READ}"
+        )
+    if len(ids) * len(names) > MAX_SERIES_KEYS:
+        raise _too_many_series(f"{len(ids)} runs x {len(names)} keys were asked for")
+    seqs = [(await readable_run(state, caller, run_id))["seq"] for run_id in ids]
+    answers = await state.store.read(
+        metrics.series_of_runs, seqs, names, step_min, step_max, ts_min, ts_max, max_points
+    )
+    return JSON({"runs": dict(zip(ids, answers, strict=True))})
 
 
 def _too_many_series(what: str) -> Exception:

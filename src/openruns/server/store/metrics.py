@@ -328,6 +328,30 @@ def series(
     return out, downsampled
 
 
+def series_of_runs(
+    conn: Connection,
+    run_seqs: list[int],
+    names: list[str],
+    step_min: int,
+    step_max: int,
+    ts_min: float | None,
+    ts_max: float | None,
+    max_points: int,
+) -> list[dict[str, Any]]:
+    """Per run, in order, what one run's read answers ({series, downsampled, time}) for the
+    named keys: the compare page's read of several runs in one request and one transaction."""
+    out = []
+    for run_seq in run_seqs:
+        by_step, downsampled = series(conn, run_seq, names, step_min, step_max, max_points)
+        timed, timed_downsampled = metric_times.time_series(
+            conn, run_seq, names, ts_min, ts_max, max_points
+        )
+        out.append(
+            {"series": by_step, "downsampled": downsampled or timed_downsampled, "time": timed}
+        )
+    return out
+
+
 # The read path's statements, built once: building and keying a select per query cost as much
 # as SQLite's own work for a 391-row series (issue 21: 400 series on the compare page).
 _p, _b = metric_points, metric_blocks

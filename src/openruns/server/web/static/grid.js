@@ -14,6 +14,8 @@ import { BandChart, NO_STEPS, SeriesChart, TimeChart, Timeline, followSettings, 
 import { ValueTable } from "./values.js";
 
 const KEYS_PER_READ = 8; // metric keys asked for in one request while the grid loads
+const SERIES_PER_READ = 500; // the server's bound on runs x keys of one read
+const RUNS_PER_READ = 100; // ... and on its runs
 const READS_IN_FLIGHT = 2;
 const DRAW_SLICE_MS = 12; // charts drawn one after another before the page gets a turn
 const EAGER_CHARTS = 60; // a grid of more charts draws those near the viewport only
@@ -76,6 +78,8 @@ export class ChartGrid {
     this.deferred = []; // ... and those in a closed section, until it is opened
     this.values = new ValueTable(this.sources);
     this.reading = 0;
+    const runsInRead = Math.min(this.sources.length, RUNS_PER_READ);
+    this.keysPerRead = Math.max(1, Math.min(KEYS_PER_READ, Math.floor(SERIES_PER_READ / runsInRead)));
     this.slice = 0; // when the current run of draws without yielding to the page began
     this.marker = null;
     this.bands = null;
@@ -188,7 +192,7 @@ export class ChartGrid {
     await this.bands.load();
   }
 
-  // Read queued charts, KEYS_PER_READ keys per request per run, READS_IN_FLIGHT at a time;
+  // Read queued charts, keysPerRead keys a read (of every run), READS_IN_FLIGHT at a time;
   // each chart draws as soon as its data is in, one at a time, letting the page breathe.
   // The charts in view (or nearest to it, where the reader has scrolled by then) go first; in
   // a grid of more than EAGER_CHARTS, only those near the viewport go.
@@ -207,7 +211,7 @@ export class ChartGrid {
     const widths = new Map(ready.map((id) => [id, this.charts.get(id).width()]));
     while (this.reading < READS_IN_FLIGHT && ready.length) {
       const width = widths.get(ready[0]);
-      const ids = ready.filter((id) => widths.get(id) === width).slice(0, KEYS_PER_READ);
+      const ids = ready.filter((id) => widths.get(id) === width).slice(0, this.keysPerRead);
       const taken = new Set(ids);
       ready = ready.filter((id) => !taken.has(id));
       this.queue = this.queue.filter((id) => !taken.has(id));
@@ -234,15 +238,24 @@ export class ChartGrid {
     return [...ids].sort((a, b) => rank(a) - rank(b));
   }
 
-  // One read per run for several charts: step series come in `series`, rows logged without a
-  // step in `time` (a read of time-keyed charts only skips the step series).
+  // One read for several charts (of every run, on the compare page): step series come in
+  // `series`, rows logged without a step in `time` (a read of time-keyed charts only skips
+  // the step series).
   async readKeys(ids, width, release) {
     const charts = ids.map((id) => this.charts.get(id));
     const names = [...new Set(charts.map((c) => c.key))];
     const onlyTime = charts.every((c) => c instanceof TimeChart);
-    const bodies = await Promise.all(this.sources.map((s) => api(`/runs/${encodeURIComponent(s.runId)}/metrics`, {
-      keys: names.join(","), max_points: width, step_min: onlyTime ? NO_STEPS : undefined,
-    })));
+    const query = { keys: names.join(","), max_points: width, step_min: onlyTime ? NO_STEPS : undefined };
+    let bodies;
+    if (this.sources.length === 1) {
+      bodies = [await api(`/runs/${encodeURIComponent(this.sources[0].runId)}/metrics`, query)];
+    } else { // the compare page: the runs' series in one read (of RUNS_PER_READ), not one each
+      const groups = [];
+      for (let i = 0; i < this.sources.length; i += RUNS_PER_READ) groups.push(this.sources.slice(i, i + RUNS_PER_READ));
+      const answers = await Promise.all(groups.map((group) => api("/metrics", { ...query, runs: group.map((s) => s.runId).join(",") })));
+      const byRun = Object.assign({}, ...answers.map((answer) => answer.runs));
+      bodies = this.sources.map((s) => byRun[s.runId]);
+    }
     await this.times();
     release();
     const order = this.nearestFirst(ids); // the reader may have scrolled meanwhile
