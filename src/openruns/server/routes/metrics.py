@@ -11,7 +11,7 @@ from ..errors import bad_request
 from ..handlers import JSON
 from ..ingest import MAX_KEY_CHARS, upload_metrics
 from ..models import MetricKey, MetricKeyPage, MetricSeries, MetricsReceipt, RunsMetricSeries
-from ..store import key_pages, metric_times, metrics
+from ..store import key_pages, metrics
 from ..store.key_pages import KeyOrder
 from ..store.metrics import MAX_STEP, is_kind
 from .deps import Caller, State, decode_cursor, encode_cursor, readable_run, writable_run
@@ -151,13 +151,10 @@ async def metric_series(
         names = [n for n in names if is_kind(n, kind)]
     if names is not None and len(names) > MAX_SERIES_KEYS:
         raise _too_many_series(f"{len(names)} keys were asked for")
-    series, downsampled = await state.store.read(
-        metrics.series, run["seq"], names, step_min, step_max, max_points
+    [answer] = await state.store.read(
+        metrics.series_of_runs, [run["seq"]], names, step_min, step_max, ts_min, ts_max, max_points
     )
-    timed, timed_downsampled = await state.store.read(
-        metric_times.time_series, run["seq"], names, ts_min, ts_max, max_points
-    )
-    return JSON({"series": series, "downsampled": downsampled or timed_downsampled, "time": timed})
+    return JSON(answer)
 
 
 @router.get("/metrics", response_model=RunsMetricSeries)

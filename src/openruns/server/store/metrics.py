@@ -331,15 +331,16 @@ def series(
 def series_of_runs(
     conn: Connection,
     run_seqs: list[int],
-    names: list[str],
+    names: list[str] | None,
     step_min: int,
     step_max: int,
     ts_min: float | None,
     ts_max: float | None,
     max_points: int,
 ) -> list[dict[str, Any]]:
-    """Per run, in order, what one run's read answers ({series, downsampled, time}) for the
-    named keys: the compare page's read of several runs in one request and one transaction."""
+    """Per run, in order, the answer of a metrics read ({series, downsampled, time}) for the
+    named keys (every key when None), all in one transaction: one run's read, or the compare
+    page's read of several runs in one request."""
     out = []
     for run_seq in run_seqs:
         by_step, downsampled = series(conn, run_seq, names, step_min, step_max, max_points)
