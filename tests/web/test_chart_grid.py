@@ -130,3 +130,51 @@ def test_a_grid_of_many_charts_draws_those_in_view_and_more_on_scroll(browser, w
         expect(charts.last).to_have_attribute("data-drawn", "true")
         assert drawn.count() > first
         assert lines(page, last, "value")[0]["y"] == [MANY - 1.0, float(MANY), MANY + 1.0]
+
+
+NOISY = "train/noisy"  # 2,000 steps: bucketed at any chart's width, so it has min/max bands
+
+
+@pytest.fixture(scope="module")
+def six(tmp_path_factory) -> Iterator[tuple[ServerHandle, list[str]]]:
+    """A server of its own with six runs of one noisy key of 2,000 steps."""
+    handle = serve_in_thread(tmp_path_factory.mktemp("six") / "data")
+    ids = []
+    with httpx.Client(base_url=handle.url + "/api/v1", timeout=patience.SETTLE) as http:
+        for r in range(6):
+            run = http.post("/runs", json={"kind": "train", "name": f"six-{r}"}).json()
+            rows = [
+                {"step": s, "values": {NOISY: float(r + (s * 7919 % 13) / 13)}} for s in range(2000)
+            ]
+            body = b"".join(orjson.dumps(row) + b"\n" for row in rows)
+            assert http.post(f"/runs/{run['id']}/metrics", content=body).status_code == 200
+            assert http.post(f"/runs/{run['id']}/finish", json={"status": "completed"}).is_success
+            ids.append(run["id"])
+    yield handle, ids
+    handle.stop()
+
+
+def test_a_compare_of_more_than_four_runs_draws_one_thin_line_a_run(browser, six):
+    handle, ids = six
+    with own_page(browser, handle.url) as page:
+        # Four runs: each its line and its min/max band.
+        page.goto(f"/compare?runs={','.join(ids[:4])}")
+        chart = page.locator(f'figure.chart[data-key="{NOISY}"]')
+        expect(chart).to_have_attribute("data-drawn", "true")
+        assert len(lines(page, NOISY, "max")) == len(lines(page, NOISY, "min")) == 4
+        assert [line["width"] for line in lines(page, NOISY, "value")] == [1.6] * 4
+        # Six: each run one line, 1 px, holding what the API answers for that run.
+        page.goto(f"/compare?runs={','.join(ids)}")
+        expect(chart).to_have_attribute("data-drawn", "true")
+        drawn = lines(page, NOISY)
+        assert [line["meta"] for line in drawn] == ["value"] * 6
+        assert [line["width"] for line in drawn] == [1] * 6
+        width = page.eval_on_selector(plot(NOISY), "(el) => el.seriesChart.width()")
+        answer = page.request.get(
+            "/api/v1/metrics",
+            params={"runs": ",".join(ids), "keys": NOISY, "max_points": width},
+        ).json()
+        for run_id, line in zip(ids, drawn, strict=True):
+            series = answer["runs"][run_id]["series"][NOISY]
+            assert line["x"] == series["step"] and line["y"] == series["value"]
+            assert len(series["step"]) < 2000  # bucketed: there were bands to leave out

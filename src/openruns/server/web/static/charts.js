@@ -36,6 +36,11 @@ export const COLORS = [
 export const MARGIN = { l: 64, r: 12 }; // the y axis' width and the right padding, in pixels
 const HEIGHT = 200; // of the plotting area and x axis; the title and legend add to it
 const POINTS_UP_TO = 60; // a series of at most this many points is drawn with markers
+// A chart of more runs than this draws each run as one line 1 px wide, without its min/max
+// band: twenty runs' bands overlaid are a smear, thin lines stay apart, and a canvas without a
+// GPU (headless, a VM, a remote desktop) strokes 1 px lines on its fast path (issue 21: 20 runs
+// of 1.6 px noisy lines took ~90 ms of rasterizing a chart; the page drew in 3.3 s, now ~1.4).
+const FEW_RUNS = 4;
 const ZOOM_DEBOUNCE_MS = 150;
 const TIMELINE_POINTS = 400;
 
@@ -392,7 +397,7 @@ export class SeriesChart {
     const lines = [];
     const log = settings.logY;
     const y = (values) => (log ? positive(values) : values);
-    if (s.min.some((v, i) => v !== s.max[i])) {
+    if (this.sources.length <= FEW_RUNS && s.min.some((v, i) => v !== s.max[i])) {
       lines.push({ meta: "max", values: y(s.max) }, { meta: "min", values: y(s.min) });
     }
     lines.push({ meta: "value", values: y(s.value) });
@@ -432,7 +437,8 @@ export class SeriesChart {
           series.push({ ...common, label: `${source.label} raw`, class: "raw", stroke: source.color, width: 1, alpha: 0.3,
             points: { show: few, size: 4 }, value: (u, v) => formatValue(v) });
         } else {
-          series.push({ ...common, label: source.label, stroke: source.color, width: line.meta === "smoothed" ? 2 : 1.6,
+          const width = this.sources.length > FEW_RUNS ? 1 : line.meta === "smoothed" ? 2 : 1.6;
+          series.push({ ...common, label: source.label, stroke: source.color, width,
             points: { show: few && line.meta === "value", size: 4, fill: source.color },
             value: (u, v, i, idx) => (v === null || v === undefined ? "--" : `${formatValue(v)} (${this.hoverX(this.steps[i][idx])})`) });
         }
@@ -577,7 +583,7 @@ export class SeriesChart {
     return u.series.slice(1).map((s, i) => {
       const ys = u.data[i + 1];
       const at = [...ys.keys()].filter((j) => ys[j] !== undefined);
-      return { meta: s.meta, name: s.name, color: s.color, opacity: s.alpha ?? 1,
+      return { meta: s.meta, name: s.name, color: s.color, opacity: s.alpha ?? 1, width: s.width,
         x: at.map((j) => u.data[0][j]), y: at.map((j) => ys[j]), step: at.map((j) => this.steps[i + 1][j]) };
     });
   }

@@ -58,21 +58,31 @@ async function rebuild() {
   const palette = colors();
   state.grid = new ChartGrid(root, state.runs.map((run) => ({ runId: run.id, label: runLabel(run), color: palette.get(run.id), kind: run.kind, start: run.created_at })));
   const grid = state.grid;
-  const steps = await Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/steps`)));
+  // The steps (is there a reward band to draw, at the top?) and the keys, read side by side.
+  const [steps, keys] = await Promise.all([
+    Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/steps`))),
+    chartedKeys(state.runs),
+  ]);
   if (grid !== state.grid) return; // rebuilt meanwhile, for other runs
   if (steps.some((rows) => rows.filter((row) => row.step !== null && row.avg_reward !== null).length > 1)) state.grid.addBands();
-  await refresh();
+  await refresh(keys);
 }
 
-// Keys of every chosen run; new points of the running ones.
-async function refresh() {
-  const { grid, runs } = state;
-  if (!grid) return;
-  // A run of more keys than one read gives (issue 21): its CHARTED most recent keys.
-  const perRun = await Promise.all(runs.map(async (run) => {
+// The keys charted of each run: of a run of more keys than one read gives (issue 21), its
+// CHARTED most recent.
+function chartedKeys(runs) {
+  return Promise.all(runs.map(async (run) => {
     const page = await recentKeys(run.id);
     return page.next_cursor ? firstKeys(page.items, CHARTED) : page.items;
   }));
+}
+
+// Keys of every chosen run (`keys`: read already, for these runs); new points of the running
+// ones.
+async function refresh(keys = null) {
+  const { grid, runs } = state;
+  if (!grid) return;
+  const perRun = keys ?? await chartedKeys(runs);
   if (grid !== state.grid) return; // rebuilt meanwhile, for other runs
   runs.forEach((run, i) => grid.setKeys(perRun[i], run.id));
   await Promise.all(runs.map(async (run, i) => {
