@@ -154,7 +154,7 @@ def six(tmp_path_factory) -> Iterator[tuple[ServerHandle, list[str]]]:
     handle.stop()
 
 
-def test_a_compare_of_more_than_four_runs_draws_one_thin_line_a_run(browser, six):
+def test_a_compare_of_more_than_four_runs_draws_each_run_as_its_line_alone(browser, six):
     handle, ids = six
     with own_page(browser, handle.url) as page:
         # Four runs: each its line and its min/max band.
@@ -162,7 +162,6 @@ def test_a_compare_of_more_than_four_runs_draws_one_thin_line_a_run(browser, six
         chart = page.locator(f'figure.chart[data-key="{NOISY}"]')
         expect(chart).to_have_attribute("data-drawn", "true")
         assert len(lines(page, NOISY, "max")) == len(lines(page, NOISY, "min")) == 4
-        assert [line["width"] for line in lines(page, NOISY, "value")] == [1.6] * 4
         # Six: each run one line, 1 px, holding what the API answers for that run.
         page.goto(f"/compare?runs={','.join(ids)}")
         expect(chart).to_have_attribute("data-drawn", "true")

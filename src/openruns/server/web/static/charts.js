@@ -36,10 +36,11 @@ export const COLORS = [
 export const MARGIN = { l: 64, r: 12 }; // the y axis' width and the right padding, in pixels
 const HEIGHT = 200; // of the plotting area and x axis; the title and legend add to it
 const POINTS_UP_TO = 60; // a series of at most this many points is drawn with markers
-// A chart of more runs than this draws each run as one line 1 px wide, without its min/max
-// band: twenty runs' bands overlaid are a smear, thin lines stay apart, and a canvas without a
-// GPU (headless, a VM, a remote desktop) strokes 1 px lines on its fast path (issue 21: 20 runs
-// of 1.6 px noisy lines took ~90 ms of rasterizing a chart; the page drew in 3.3 s, now ~1.4).
+// Lines are 1 px wide (uPlot's default; 2 device pixels on a HiDPI screen): a canvas without a
+// GPU (headless, a VM, a remote desktop) strokes those on its fast path, where a noisy 1.6 px
+// line took ~5 ms of rasterizing and 20 of them ~90 ms (issue 21). A chart of more runs than
+// FEW_RUNS draws each run as its line alone, without its min/max band (twenty bands overlaid
+// are a smear); of fewer, a smoothed line is drawn 2 px wide over its raw one.
 const FEW_RUNS = 4;
 const ZOOM_DEBOUNCE_MS = 150;
 const TIMELINE_POINTS = 400;
@@ -437,7 +438,7 @@ export class SeriesChart {
           series.push({ ...common, label: `${source.label} raw`, class: "raw", stroke: source.color, width: 1, alpha: 0.3,
             points: { show: few, size: 4 }, value: (u, v) => formatValue(v) });
         } else {
-          const width = this.sources.length > FEW_RUNS ? 1 : line.meta === "smoothed" ? 2 : 1.6;
+          const width = line.meta === "smoothed" && this.sources.length <= FEW_RUNS ? 2 : 1;
           series.push({ ...common, label: source.label, stroke: source.color, width,
             points: { show: few && line.meta === "value", size: 4, fill: source.color },
             value: (u, v, i, idx) => (v === null || v === undefined ? "--" : `${formatValue(v)} (${this.hoverX(this.steps[i][idx])})`) });
