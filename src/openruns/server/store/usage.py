@@ -19,6 +19,7 @@ from .schema import (
     annotations_table,
     episodes,
     log_totals,
+    metric_chunks,
     metric_keys,
     metric_points,
     metric_time_points,
@@ -78,6 +79,14 @@ def usage(
             .group_by(metric_keys.c.run_seq),
             name,
         )
+    # A chunk's points count as metric rows: the figure is points, wherever they are stored.
+    add(
+        select(metric_keys.c.run_seq, func.sum(metric_chunks.c.count))
+        .select_from(metric_chunks.join(metric_keys, metric_keys.c.id == metric_chunks.c.key_id))
+        .where(metric_keys.c.run_seq.in_(subset))
+        .group_by(metric_keys.c.run_seq),
+        "metric_rows",
+    )
     add(
         select(episodes.c.run_seq, func.count())
         .where(episodes.c.run_seq.in_(subset))
