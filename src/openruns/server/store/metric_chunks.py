@@ -33,7 +33,7 @@ import sys
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate
 from operator import sub
 from typing import Any, NamedTuple
@@ -59,9 +59,11 @@ __all__ = [
 
 CHUNK_LEVEL = 3  # the block level whose blocks are chunks
 CHUNK_STEPS = BLOCK_SIZES[CHUNK_LEVEL - 1]  # 4096
-# At least this many points of one (key, chunk) in an upload start a chunk (measured: below it
-# the chunk's rewrite costs more than the rows would; docs/decisions.md, "Dense runs").
-DENSE_POINTS = 256
+# At least this many points of one (key, chunk) in an upload start a chunk. Creating a chunk
+# costs less CPU than rows from ~32 points on, but every later upload into it rewrites it:
+# appends of 128 points a key cost ~1.3x rows, of 512 ~0.85x (SQLite; docs/decisions.md,
+# "Dense runs"). So a chunk is started where uploads are that large.
+DENSE_POINTS = 512
 _IN_CHUNK = 500
 
 _RAW, _ZSTD = 0, 1
@@ -169,14 +171,20 @@ def write(
     for key_id, number in sorted(dense):
         new = groups[(key_id, number)]
         old = stored.get((key_id, number))
-        cols = _merge(old, absorbed.get((key_id, number)), new)
+        rows = absorbed.get((key_id, number))
+        cols = _merge(old, rows, new)
         packed = encode(cols)
         values = cols.values
         chunk_rows.append(
             (key_id, number, len(values), min(values), max(values), cols.steps[0],
              cols.steps[-1], values[-1], *packed)
         )  # fmt: skip
-        block_rows.extend(_blocks(key_id, cols, {s >> 8 for s in new}))
+        # The level-2 blocks of the new points, and of the absorbed rows (written as rows
+        # earlier in this upload, their blocks may not be built yet).
+        size = BLOCK_SIZES[1]
+        touched = {s // size for s in new}
+        touched.update(s // size for s in rows or ())
+        block_rows.extend(_blocks(key_id, cols, touched))
         chunked.setdefault(key_id, set()).add(number)
     executemany(
         conn, upsert(conn, _c, _CHUNK_COLUMNS[:2], _CHUNK_COLUMNS[2:]), _CHUNK_COLUMNS, chunk_rows
@@ -191,20 +199,28 @@ def write(
 
 
 def _stored(conn: Connection, groups: Iterable[tuple[int, int]]) -> dict[tuple[int, int], Columns]:
-    """The stored chunks among `groups`, decoded: one query (per _IN_CHUNK keys)."""
+    """The stored chunks among `groups`, decoded: which exist in one query (per _IN_CHUNK
+    keys, over the upload's chunk numbers: their summaries only), then their columns, one
+    query per chunk number (an upload's keys usually share one or two)."""
     wanted = set(groups)
     if not wanted:
         return {}
     ids = sorted({k for k, _ in wanted})
-    numbers = sorted({n for _, n in wanted})
-    out: dict[tuple[int, int], Columns] = {}
-    query = select(
-        _c.c.key_id, _c.c.chunk, _c.c.first_step, _c.c.last_step, _c.c.steps, _c.c.vals, _c.c.times
+    numbers = [n for _, n in wanted]
+    found: dict[int, list[int]] = {}
+    query = select(_c.c.key_id, _c.c.chunk).where(
+        _c.c.chunk >= min(numbers), _c.c.chunk <= max(numbers)
     )
     for i in range(0, len(ids), _IN_CHUNK):
-        where = (_c.c.key_id.in_(ids[i : i + _IN_CHUNK]), _c.c.chunk.in_(numbers))
-        for key_id, number, first, last, steps, vals, times in conn.execute(query.where(*where)):
+        for key_id, number in conn.execute(query.where(_c.c.key_id.in_(ids[i : i + _IN_CHUNK]))):
             if (key_id, number) in wanted:
+                found.setdefault(number, []).append(key_id)
+    out: dict[tuple[int, int], Columns] = {}
+    load = select(_c.c.key_id, _c.c.first_step, _c.c.last_step, _c.c.steps, _c.c.vals, _c.c.times)
+    for number, keys in found.items():
+        for i in range(0, len(keys), _IN_CHUNK):
+            where = (_c.c.chunk == number, _c.c.key_id.in_(keys[i : i + _IN_CHUNK]))
+            for key_id, first, last, steps, vals, times in conn.execute(load.where(*where)):
                 out[(key_id, number)] = decode(first, last, steps, vals, times)
     return out
 
@@ -212,21 +228,19 @@ def _stored(conn: Connection, groups: Iterable[tuple[int, int]]) -> dict[tuple[i
 def _absorb(
     conn: Connection, groups: list[tuple[int, int]]
 ) -> dict[tuple[int, int], dict[int, tuple[float, float | None]]]:
-    """The rows inside the ranges of chunks about to be created, read and deleted."""
+    """The rows inside the ranges of chunks about to be created, read and deleted: one query
+    per chunk number (per _IN_CHUNK keys)."""
     out: dict[tuple[int, int], dict[int, tuple[float, float | None]]] = {}
-    if not groups:
-        return out
-    ids = sorted({k for k, _ in groups})
-    lo = min(n for _, n in groups) * CHUNK_STEPS
-    hi = (max(n for _, n in groups) + 1) * CHUNK_STEPS - 1
-    wanted = set(groups)
+    by_number: dict[int, list[int]] = {}
+    for key_id, number in groups:
+        by_number.setdefault(number, []).append(key_id)
     query = select(_p.c.key_id, _p.c.step, _p.c.value, _p.c.ts)
-    for i in range(0, len(ids), _IN_CHUNK):
-        where = (_p.c.key_id.in_(ids[i : i + _IN_CHUNK]), _p.c.step >= lo, _p.c.step <= hi)
-        for key_id, step, value, ts in conn.execute(query.where(*where)):
-            group = (key_id, step // CHUNK_STEPS)
-            if group in wanted:
-                out.setdefault(group, {})[step] = (value, ts)
+    for number, keys in by_number.items():
+        lo, hi = number * CHUNK_STEPS, (number + 1) * CHUNK_STEPS - 1
+        for i in range(0, len(keys), _IN_CHUNK):
+            where = (_p.c.key_id.in_(keys[i : i + _IN_CHUNK]), _p.c.step >= lo, _p.c.step <= hi)
+            for key_id, step, value, ts in conn.execute(query.where(*where)):
+                out.setdefault((key_id, number), {})[step] = (value, ts)
     if out:
         gone = delete(_p).where(
             _p.c.key_id == bindparam("k"),
@@ -362,6 +376,17 @@ def _driver_rows(conn: Connection, stmt: Any, params: dict[str, Any]) -> list[An
         result.close()
 
 
+def _numbers(conn: Connection, stmt: Any, where: dict[str, int]) -> Iterator[int]:
+    """The chunk numbers `stmt` selects, a few at a time (a paged read of a long series stops
+    after the first chunks)."""
+    result = conn.execute(stmt, where)
+    try:
+        while batch := result.fetchmany(16):
+            yield from (row[0] for row in batch)
+    finally:
+        result.close()
+
+
 def read(
     conn: Connection,
     key_id: int,
@@ -381,11 +406,8 @@ def read(
     rows: list[Point] = _driver_rows(
         conn, _ROWS_DOWN if descending else _ROWS_UP, {**where, "n": n}
     )
-    chunks = conn.execute(_DOWN if descending else _UP, where).all()
-    if not chunks:
-        return rows
     got: list[Point] = []
-    for number, *_ in chunks:
+    for number in _numbers(conn, _DOWN if descending else _UP, where):
         cols = _load(conn, key_id, number)
         steps = cols.steps
         i, j = bisect_left(steps, lo), bisect_right(steps, hi)
@@ -399,6 +421,8 @@ def read(
         got.extend(part)
         if limit is not None and len(got) >= limit:
             break
+    if not got:
+        return rows
     if rows:
         got = sorted(rows + got, key=lambda point: point[0], reverse=descending)
     return got if limit is None else got[:limit]
@@ -435,7 +459,7 @@ def first_timed(
     where = _where(key_id, lo, hi)
     row = conn.execute(_ROW_TIMED_DOWN if descending else _ROW_TIMED_UP, where).first()
     best: tuple[int, float] | None = None if row is None else (row[0], row[1])
-    for number, *_ in conn.execute(_TIMED_DOWN if descending else _TIMED_UP, where).all():
+    for number in _numbers(conn, _TIMED_DOWN if descending else _TIMED_UP, where):
         cols = _load(conn, key_id, number)
         steps, times = cols.steps, cols.times
         assert times is not None
