@@ -28,6 +28,7 @@ of points goes through it (or `extent` / `first_timed`).
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import threading
@@ -331,6 +332,11 @@ _IN_RANGE = and_(
 )
 _SUMMARY = select(_c.c.chunk, _c.c.count, _c.c.first_step, _c.c.last_step).where(_IN_RANGE)
 _UP, _DOWN = _SUMMARY.order_by(_c.c.chunk), _SUMMARY.order_by(_c.c.chunk.desc())
+# With the length of the steps column: 0 when the chunk's steps are contiguous, so an edge's
+# count needs no decoding.
+_EXTENT = select(
+    _c.c.chunk, _c.c.count, _c.c.first_step, _c.c.last_step, func.length(_c.c.steps)
+).where(_IN_RANGE)
 _TIMED_UP = _UP.where(_c.c.times.is_not(None))
 _TIMED_DOWN = _DOWN.where(_c.c.times.is_not(None))
 _LOAD = select(_c.c.first_step, _c.c.last_step, _c.c.steps, _c.c.vals, _c.c.times).where(
@@ -364,6 +370,16 @@ def _where(key_id: int, lo: int, hi: int) -> dict[str, int]:
 def _load(conn: Connection, key_id: int, chunk: int) -> Columns:
     first, last, steps, vals, times = conn.execute(_LOAD, {"key_id": key_id, "chunk": chunk}).one()
     return decode(first, last, steps, vals, times)
+
+
+def _slice(cols: Columns, lo: int, hi: int) -> list[Point]:
+    """The chunk's points with lo <= step <= hi, as (step, value, ts) tuples, in step order."""
+    steps = cols.steps
+    i, j = bisect_left(steps, lo), bisect_right(steps, hi)
+    if cols.times is None:
+        return list(zip(steps[i:j], cols.values[i:j], itertools.repeat(None), strict=False))
+    times = [None if t != t else t for t in cols.times[i:j]]  # NaN: no time
+    return list(zip(steps[i:j], cols.values[i:j], times, strict=True))
 
 
 def _driver_rows(conn: Connection, stmt: Any, params: dict[str, Any]) -> list[Any]:
@@ -409,13 +425,7 @@ def read(
     got: list[Point] = []
     for number in _numbers(conn, _DOWN if descending else _UP, where):
         cols = _load(conn, key_id, number)
-        steps = cols.steps
-        i, j = bisect_left(steps, lo), bisect_right(steps, hi)
-        times = cols.times
-        part = [
-            (steps[x], cols.values[x], None if times is None else _ts(times[x]))
-            for x in range(i, j)
-        ]
+        part = _slice(cols, lo, hi)
         if descending:
             part.reverse()
         got.extend(part)
@@ -439,8 +449,11 @@ def extent(
     count = 0
     if first is not None:
         count = conn.execute(_ROW_COUNT_UP_TO, {**where, "up_to": up_to}).scalar_one()
-    for number, n, c_first, c_last in conn.execute(_UP, where).all():
-        if c_first < lo or c_last > hi:  # at an edge of the range: its points counted
+    for number, n, c_first, c_last, gaps in conn.execute(_EXTENT, where).all():
+        if (c_first < lo or c_last > hi) and not gaps:  # contiguous, at an edge
+            c_first, c_last = max(c_first, lo), min(c_last, hi)
+            n = c_last - c_first + 1
+        elif c_first < lo or c_last > hi:  # at an edge of the range: its points counted
             steps = _load(conn, key_id, number).steps
             i, j = bisect_left(steps, lo), bisect_right(steps, hi)
             if i == j:
