@@ -72,7 +72,8 @@ def main() -> None:
         timed("chart, 10 % zoom", args.repeats,
               lambda: read(metric_sql.series, 1, [key], *zoom, 1000))  # fmt: skip
         timed("full resolution, 1,000 steps", args.repeats,
-              lambda: read(metric_sql.series, 1, [key], steps // 3 + 7, steps // 3 + 1006, 0))  # fmt: skip
+              lambda: read(metric_sql.series, 1, [key], steps // 3 + 7, steps // 3 + 1006,
+                           0))  # fmt: skip
         timed("export page of 50,000", args.repeats,
               lambda: read(metric_sql.points_page, key_id, steps // 4, 50_000))  # fmt: skip
 

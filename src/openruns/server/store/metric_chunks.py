@@ -36,7 +36,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate
-from operator import sub
+from operator import itemgetter, sub
 from typing import Any, NamedTuple
 
 import zstandard
@@ -47,6 +47,7 @@ from .sql import executemany, upsert
 
 __all__ = [
     "CHUNK_LEVEL",
+    "CHUNK_SHIFT",
     "CHUNK_STEPS",
     "DENSE_POINTS",
     "Columns",
@@ -60,6 +61,8 @@ __all__ = [
 
 CHUNK_LEVEL = 3  # the block level whose blocks are chunks
 CHUNK_STEPS = BLOCK_SIZES[CHUNK_LEVEL - 1]  # 4096
+CHUNK_SHIFT = CHUNK_STEPS.bit_length() - 1  # step >> CHUNK_SHIFT: its chunk number
+assert 1 << CHUNK_SHIFT == CHUNK_STEPS
 # At least this many points of one (key, chunk) in an upload start a chunk. Creating a chunk
 # costs less CPU than rows from ~32 points on, but every later upload into it rewrites it:
 # appends of 128 points a key cost ~1.3x rows, of 512 ~0.85x (SQLite; docs/decisions.md,
@@ -183,9 +186,10 @@ def write(
         # The level-2 blocks of the new points, and of the absorbed rows (written as rows
         # earlier in this upload, their blocks may not be built yet).
         size = BLOCK_SIZES[1]
-        touched = {s // size for s in new}
-        touched.update(s // size for s in rows or ())
-        block_rows.extend(_blocks(key_id, cols, touched))
+        first, last = min(new), max(new)
+        if rows:
+            first, last = min(first, min(rows)), max(last, max(rows))
+        block_rows.extend(_blocks(key_id, cols, range(first // size, last // size + 1)))
         chunked.setdefault(key_id, set()).add(number)
     executemany(
         conn, upsert(conn, _c, _CHUNK_COLUMNS[:2], _CHUNK_COLUMNS[2:]), _CHUNK_COLUMNS, chunk_rows
@@ -262,21 +266,21 @@ def _merge(
 ) -> Columns:
     """The chunk's points after this write: the stored ones (`old`, or the absorbed `rows`),
     then the new ones, the new winning per step."""
-    steps = sorted(new)
-    if old is not None and steps[0] > old.steps[-1]:  # an append: concatenate
+    if old is not None and min(new) > old.steps[-1]:  # an append: concatenate
+        steps, added = _columns(new)
         merged = list(old.steps)
         merged.extend(steps)
         values = array("d", old.values)
-        values.extend([new[s][0] for s in steps])
-        added = [new[s][1] for s in steps]
-        if old.times is None and all(t is None for t in added):
+        values.extend(map(itemgetter(0), added))
+        stamps = list(map(itemgetter(1), added))
+        if old.times is None and stamps.count(None) == len(stamps):
             return Columns(merged, values, None)
         times = (
             array("d", old.times)
             if old.times is not None
             else array("d", [math.nan]) * len(old.steps)
         )
-        times.extend([math.nan if t is None else t for t in added])
+        times.extend(_times(stamps))
         return Columns(merged, values, times)
     points: dict[int, tuple[float, float | None]] = {}
     if old is not None:
@@ -286,21 +290,36 @@ def _merge(
     if rows:
         points.update(rows)
     points.update(new)
-    steps = sorted(points)
-    values = array("d", [points[s][0] for s in steps])
-    stamps = [points[s][1] for s in steps]
-    if all(t is None for t in stamps):
+    steps, merged_points = _columns(points)
+    values = array("d", map(itemgetter(0), merged_points))
+    stamps = list(map(itemgetter(1), merged_points))
+    if stamps.count(None) == len(stamps):
         return Columns(steps, values, None)
-    return Columns(steps, values, array("d", [math.nan if t is None else t for t in stamps]))
+    return Columns(steps, values, array("d", _times(stamps)))
 
 
-def _blocks(key_id: int, cols: Columns, touched: set[int]) -> list[tuple[Any, ...]]:
+def _columns(
+    points: dict[int, tuple[float, float | None]],
+) -> tuple[list[int], list[tuple[float, float | None]]]:
+    """(steps, (value, ts) points) in step order."""
+    items = sorted(points.items())
+    return list(map(itemgetter(0), items)), list(map(itemgetter(1), items))
+
+
+def _times(stamps: list[float | None]) -> list[float]:
+    """Times with NaN for none (no copy when every point has one)."""
+    if None not in stamps:
+        return stamps  # type: ignore[return-value]
+    return [math.nan if t is None else t for t in stamps]
+
+
+def _blocks(key_id: int, cols: Columns, touched: Iterable[int]) -> list[tuple[Any, ...]]:
     """Block rows (_BLOCK_COLUMNS) of the level-2 blocks `touched` (and their level-1 blocks)
     and of the chunk itself (level CHUNK_LEVEL), from its columns."""
     s1, s2 = BLOCK_SIZES[0], BLOCK_SIZES[1]
     steps, values = cols.steps, cols.values
     rows: list[tuple[Any, ...]] = []
-    for b2 in sorted(touched):
+    for b2 in touched:
         start, end = bisect_left(steps, b2 * s2), bisect_left(steps, (b2 + 1) * s2)
         if start == end:
             continue

@@ -129,14 +129,15 @@ def write_points(
     if not points:
         return len(by_time)
     blocks = Touched() if touched is None else touched
-    shift = metric_chunks.CHUNK_STEPS
-    groups: dict[tuple[int, int], dict[int, tuple[float, float | None]]] = {}
+    # The points by (key, chunk number): the one pass over every point, kept to a dict write.
+    shift = metric_chunks.CHUNK_SHIFT
+    by_name: dict[tuple[str, int], dict[int, tuple[float, float | None]]] = {}
     for (name, step), point in points.items():
-        key_id = ids[name]
-        group = groups.get((key_id, step // shift))
-        if group is None:
-            group = groups[(key_id, step // shift)] = {}
-        group[step] = point
+        try:
+            by_name[name, step >> shift][step] = point
+        except KeyError:
+            by_name[name, step >> shift] = {step: point}
+    groups = {(ids[name], number): group for (name, number), group in by_name.items()}
     highest: dict[int, int] = {}
     for (key_id, _), group in groups.items():
         top = max(group)
