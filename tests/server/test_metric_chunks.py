@@ -297,6 +297,7 @@ def test_deleting_a_run_leaves_no_chunk_and_usage_counts_points(make_server, new
         assert upload(http, rid, "metrics", sparse).status_code == 200
         usage = {r["id"]: r for r in http.get("/usage").json()["runs"]}[rid]
         assert usage["metric_rows"] == 2 * 3 * CHUNK + 50  # points, rows and chunks
+        assert usage["row_bytes"] < 20 * usage["metric_rows"]  # the chunks' bytes, not 40 a row
         export = http.get(f"/runs/{rid}/metrics", params={"keys": "loss", "max_points": 0})
         assert export.json()["series"]["loss"]["step"] == list(range(3 * CHUNK + 50))
         lines = http.get(f"/runs/{rid}/export/metrics.ndjson").content.splitlines()
