@@ -1,9 +1,12 @@
 """
 Metric points: upsert per (key, step), block summaries, and series reads.
 
-Writes merge per (run, step, key), last write wins, so a replayed batch changes nothing. After
-the points of an upload are written, the summaries (count, min, max, last) of every block they
-touched are rebuilt, level by level, from the level below (schema.BLOCK_SIZES).
+Writes merge per (run, step, key), last write wins, so a replayed batch changes nothing. A
+point is stored as a metric_points row, or, where an upload is dense, in a chunk of packed
+columns (metric_chunks.py: the rule, the format, and `read`, the one read of a key's points).
+After the points of an upload are written, the summaries (count, min, max, last) of every block
+they touched are rebuilt, level by level, from the level below (schema.BLOCK_SIZES); a chunk's
+levels 1 to 3 are written with it.
 
 A downsampled read covers [lo, hi] with the coarsest blocks that fit inside it and finer blocks
 (down to single points) at its edges, then folds those into buckets of `width` steps (a
