@@ -238,6 +238,17 @@ def test_one_upload_of_rows_then_a_chunk_of_the_same_range_builds_every_block(st
     check_reads(store, run_seq, "k", truth)
 
 
+def test_chunks_written_by_copy_on_postgresql(store, monkeypatch):
+    """Many chunk rows in one write go by COPY into a staging table on PostgreSQL (bytea
+    columns through COPY): forced here with a low bound."""
+    monkeypatch.setattr("openruns.server.store.sql._PG_COPY_ROWS", 2)
+    run_seq = next(_runs)
+    truth = {s: (s * 0.25, None if s % 2 else float(s)) for s in range(3 * CHUNK)}
+    write(store, run_seq, {(name, s): vt for s, vt in truth.items() for name in ("a", "b")})
+    assert layout(store, run_seq, "b") == (0, {0: CHUNK, 1: CHUNK, 2: CHUNK})
+    assert everything(store, run_seq, "a") == everything(store, run_seq, "b") == truth
+
+
 def test_timeline_reads_times_from_chunks_and_rows(store):
     run_seq = next(_runs)
     points = {("t", s): (1.0, 1e9 + s) for s in range(CHUNK, CHUNK + 2000)}

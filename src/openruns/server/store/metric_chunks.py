@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 import zstandard
 from sqlalchemy import Connection, and_, bindparam, delete, func, literal, select
 
-from .schema import BLOCK_SIZES, metric_chunks, metric_points
+from .schema import BLOCK_SIZES, metric_blocks, metric_chunks, metric_points
 from .sql import executemany, upsert
 
 __all__ = [
@@ -194,8 +194,6 @@ def write(
     executemany(
         conn, upsert(conn, _c, _CHUNK_COLUMNS[:2], _CHUNK_COLUMNS[2:]), _CHUNK_COLUMNS, chunk_rows
     )
-    from .schema import metric_blocks
-
     executemany(
         conn, upsert(conn, metric_blocks, _BLOCK_COLUMNS[:3], _BLOCK_COLUMNS[3:]),
         _BLOCK_COLUMNS, block_rows,
