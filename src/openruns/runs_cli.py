@@ -288,6 +288,7 @@ def _rm(args: argparse.Namespace) -> int:
         for key, label in (
             ("episodes", "episodes"),
             ("metric_points", "metric rows"),
+            ("metric_chunks", "metric chunks"),
             ("log_lines", "console lines"),
             ("blobs", "blobs"),
         )

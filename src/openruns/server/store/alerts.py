@@ -25,6 +25,8 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
 
+from ...spec import MAX_STEP
+from . import metric_chunks
 from .receipts import get_receipt, put_receipt
 from .rows import RunRow
 from .schema import (
@@ -34,7 +36,6 @@ from .schema import (
     alert_states,
     episodes,
     metric_keys,
-    metric_points,
     metric_time_points,
     runs,
 )
@@ -246,19 +247,21 @@ def recent_points(
         metric_keys.c.run_seq == run_seq, metric_keys.c.name.in_(wanted)
     )
     for name, key_id in conn.execute(keys).all():
-        points = conn.execute(
-            select(metric_points.c.value, metric_points.c.ts)
-            .where(metric_points.c.key_id == key_id)
-            .order_by(metric_points.c.step.desc())
-            .limit(limit)
-        ).all()
+        points: list[Any] = [
+            (value, ts)
+            for _, value, ts in metric_chunks.read(
+                conn, key_id, 0, MAX_STEP, limit, descending=True
+            )
+        ]
         if not points:
-            points = conn.execute(
-                select(metric_time_points.c.value, metric_time_points.c.ts)
-                .where(metric_time_points.c.key_id == key_id)
-                .order_by(metric_time_points.c.ts.desc())
-                .limit(limit)
-            ).all()
+            points = list(
+                conn.execute(
+                    select(metric_time_points.c.value, metric_time_points.c.ts)
+                    .where(metric_time_points.c.key_id == key_id)
+                    .order_by(metric_time_points.c.ts.desc())
+                    .limit(limit)
+                ).all()
+            )
         out[name] = [(value, ts) for value, ts in points]
     return out
 

@@ -47,6 +47,7 @@ from .schema import (
     log_lines,
     log_totals,
     metric_blocks,
+    metric_chunks,
     metric_keys,
     metric_points,
     metric_time_points,
@@ -165,10 +166,11 @@ def purge_step(
     budget = limit
     while stage < len(STAGES) and budget > 0:
         name, remove = STAGES[stage]
-        removed, finished = remove(conn, run_seq, budget, step)
+        weight = _WEIGHTS.get(name, 1)
+        removed, finished = remove(conn, run_seq, max(1, budget // weight), step)
         if removed:
             step.rows[name] = step.rows.get(name, 0) + removed
-        budget -= removed
+        budget -= removed * weight
         if finished:
             stage += 1
     return stage, step
@@ -270,6 +272,10 @@ def _search_entries(conn: Connection, run_seq: int, budget: int, step: Step) -> 
     return removed, removed < budget
 
 
+# Rows of these tables count as this many rows against a slice's budget: a chunk holds up to
+# 4,096 points (at least 256 when an upload created it), ~10 bytes each.
+_WEIGHTS = {"metric_chunks": 256}
+
 # Readers first lose the index rows (episodes, search, metric points), then what they point
 # to: a read in flight finds nothing, or a blob gone (410), never a row naming a removed one.
 STAGES: tuple[tuple[str, Remover], ...] = (
@@ -278,6 +284,7 @@ STAGES: tuple[tuple[str, Remover], ...] = (
     ("search_entries", _search_entries),
     ("annotations", _by_run(annotations_table, "seq")),
     ("metric_points", _per_key(metric_points, "step")),
+    ("metric_chunks", _per_key(metric_chunks, "chunk")),  # up to 4,096 points each (0019)
     ("metric_blocks", _per_key(metric_blocks, "level", "block")),
     ("metric_time_points", _per_key(metric_time_points, "ts")),
     ("metric_keys", _by_run(metric_keys, "id")),

@@ -1,9 +1,12 @@
 """
 Metric points: upsert per (key, step), block summaries, and series reads.
 
-Writes merge per (run, step, key), last write wins, so a replayed batch changes nothing. After
-the points of an upload are written, the summaries (count, min, max, last) of every block they
-touched are rebuilt, level by level, from the level below (schema.BLOCK_SIZES).
+Writes merge per (run, step, key), last write wins, so a replayed batch changes nothing. A
+point is stored as a metric_points row, or, where an upload is dense, in a chunk of packed
+columns (metric_chunks.py: the rule, the format, and `read`, the one read of a key's points).
+After the points of an upload are written, the summaries (count, min, max, last) of every block
+they touched are rebuilt, level by level, from the level below (schema.BLOCK_SIZES); a chunk's
+levels 1 to 3 are written with it.
 
 A downsampled read covers [lo, hi] with the coarsest blocks that fit inside it and finer blocks
 (down to single points) at its edges, then folds those into buckets of `width` steps (a
@@ -28,17 +31,26 @@ from sqlalchemy import (
     Connection,
     and_,
     bindparam,
-    exists,
     func,
     insert,
     literal,
+    or_,
     select,
     update,
 )
 
 from ...spec import MAX_STEP  # the SDK's rule, written once
-from . import alerts, metric_times
-from .schema import BLOCK_SIZES, metric_blocks, metric_keys, metric_points, metric_time_points
+from . import alerts, metric_chunks, metric_times
+from .schema import (
+    BLOCK_SIZES,
+    metric_blocks,
+    metric_keys,
+    metric_points,
+    metric_time_points,
+)
+from .schema import (
+    metric_chunks as chunks_table,
+)
 from .sql import executemany, upsert
 
 __all__ = [
@@ -46,6 +58,7 @@ __all__ = [
     "MAX_STEP",
     "TIME_KEYED_MARK",
     "MetricPoints",
+    "Touched",
     "is_kind",
     "key_ids",
     "key_stats",
@@ -74,6 +87,16 @@ class MetricPoints(dict[tuple[str, int], tuple[float, float | None]]):
         self.by_time: dict[tuple[str, float], float] = {}
 
 
+class Touched(dict[int, set[int]]):
+    """What an upload's writes leave for `rebuild_blocks`: {key id: level-1 blocks} of the
+    points written as rows, and in `chunks` {key id: chunk numbers} of the chunks written (their
+    blocks up to metric_chunks.CHUNK_LEVEL are written with them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunks: dict[int, set[int]] = {}
+
+
 def is_kind(name: str, kind: str | None) -> bool:
     """Whether metric `name` belongs to `kind` (eval: under EVAL_PREFIX; train: the rest)."""
     return kind is None or name.startswith(EVAL_PREFIX) == (kind == "eval")
@@ -87,12 +110,12 @@ def write_points(
     conn: Connection,
     run_seq: int,
     points: dict[tuple[str, int], tuple[float, float | None]],
-    touched: dict[int, set[int]] | None = None,
+    touched: Touched | None = None,
 ) -> int:
-    """Upsert {(key, step): (value, ts)} and rebuild the touched block summaries; upsert the
-    time-keyed points of a MetricPoints per (key, ts). With `touched`, the summaries are not
-    rebuilt: the level-1 blocks written are added to it ({key id: blocks}) for one
-    `rebuild_blocks` after several calls."""
+    """Merge {(key, step): (value, ts)} (into chunks where dense, else as rows: see
+    metric_chunks) and rebuild the touched block summaries; upsert the time-keyed points of a
+    MetricPoints per (key, ts). With `touched`, the summaries are not rebuilt: what was
+    written is added to it for one `rebuild_blocks` after several calls."""
     by_time: dict[tuple[str, float], float] = getattr(points, "by_time", {})
     if not points and not by_time:
         return 0
@@ -108,26 +131,46 @@ def write_points(
         executemany(conn, stmt, ("key_id", "ts", "value"), timed)
     if not points:
         return len(by_time)
-    rows = [(ids[name], step, value, ts) for (name, step), (value, ts) in points.items()]
+    blocks = Touched() if touched is None else touched
+    # The points by (key, chunk number): the one pass over every point, kept to a dict write.
+    shift = metric_chunks.CHUNK_SHIFT
+    by_name: dict[tuple[str, int], dict[int, tuple[float, float | None]]] = {}
+    for (name, step), point in points.items():
+        try:
+            by_name[name, step >> shift][step] = point
+        except KeyError:
+            by_name[name, step >> shift] = {step: point}
+    groups = {(ids[name], number): group for (name, number), group in by_name.items()}
+    highest: dict[int, int] = {}
+    for (key_id, _), group in groups.items():
+        top = max(group)
+        if top > highest.get(key_id, -1):
+            highest[key_id] = top
+    sparse = metric_chunks.write(conn, groups, blocks.chunks)
+    rows = [(k, step, v, ts) for (k, _), group in sparse.items() for step, (v, ts) in group.items()]
     stmt = upsert(conn, metric_points, ("key_id", "step"), ("value", "ts"))
     executemany(conn, stmt, ("key_id", "step", "value", "ts"), rows)
-    blocks: dict[int, set[int]] = {} if touched is None else touched
-    for name, step in points:
-        blocks.setdefault(ids[name], set()).add(step // BLOCK_SIZES[0])
-    _raise_last_steps(conn, sorted({ids[name] for name, _ in points}))
+    size = BLOCK_SIZES[0]
+    for (key_id, _), group in sparse.items():
+        blocks.setdefault(key_id, set()).update(step // size for step in group)
+    _raise_last_steps(conn, highest)
     if touched is None:
         rebuild_blocks(conn, blocks)
-    return len(rows) + len(by_time)
+    return len(points) + len(by_time)
 
 
-def _raise_last_steps(conn: Connection, key_ids: list[int]) -> None:
-    """metric_keys.last_step of these keys set to the highest step of their points (one index
-    lookup each: points are clustered by (key, step))."""
-    p, k = metric_points, metric_keys
-    highest = select(func.max(p.c.step)).where(p.c.key_id == k.c.id).scalar_subquery()
-    for i in range(0, len(key_ids), _IN_CHUNK):
-        chunk = key_ids[i : i + _IN_CHUNK]
-        conn.execute(update(k).where(k.c.id.in_(chunk)).values(last_step=highest))
+_RAISE_LAST_STEP = (
+    update(metric_keys)
+    .where(metric_keys.c.id == bindparam("k"), metric_keys.c.last_step < bindparam("s"))
+    .values(last_step=bindparam("s"))
+)
+
+
+def _raise_last_steps(conn: Connection, highest: dict[int, int]) -> None:
+    """metric_keys.last_step of these keys raised to the highest step written ({key id: step}):
+    points are never deleted but with their run, so the highest step only grows."""
+    if highest:
+        conn.execute(_RAISE_LAST_STEP, [{"k": k, "s": s} for k, s in sorted(highest.items())])
 
 
 def key_ids(conn: Connection, run_seq: int, names: Iterable[str], create: bool) -> dict[str, int]:
@@ -162,12 +205,20 @@ _BLOCK_COLUMNS = ("key_id", "level", "block", "count", "min", "max", "last_step"
 
 def rebuild_blocks(conn: Connection, touched: dict[int, set[int]]) -> None:
     """Recompute the summaries of the touched level-1 blocks ({key id: blocks}) and of their
-    parents."""
+    parents; with a Touched, also the parents of its chunks (above metric_chunks.CHUNK_LEVEL)."""
     stmt = upsert(conn, metric_blocks, _BLOCK_COLUMNS[:3], _BLOCK_COLUMNS[3:])
+    chunked: dict[int, set[int]] = getattr(touched, "chunks", {})
     for level in range(1, len(BLOCK_SIZES) + 1):
+        if level == metric_chunks.CHUNK_LEVEL + 1 and chunked:
+            ratio = BLOCK_SIZES[level - 1] // BLOCK_SIZES[level - 2]
+            touched = {k: set(blocks) for k, blocks in touched.items()}
+            for key_id, numbers in chunked.items():
+                touched.setdefault(key_id, set()).update(n // ratio for n in numbers)
         # Keys of one upload usually share their steps: one query per distinct block range.
         groups: dict[tuple[int, int], list[int]] = {}
         for key_id, blocks in touched.items():
+            if not blocks:
+                continue
             for span in _spans(sorted(blocks)):
                 groups.setdefault(span, []).append(key_id)
         rows: list[tuple[Any, ...]] = []
@@ -198,6 +249,7 @@ def _summarize(
             func.max(p.c.step).label("last_step"),
         ).where(p.c.step >= first * size, p.c.step <= last * size + (size - 1))
         key_col = p.c.key_id
+        below_size = 1
     else:
         ratio = BLOCK_SIZES[level - 1] // BLOCK_SIZES[level - 2]
         b = metric_blocks.alias("below")
@@ -216,13 +268,27 @@ def _summarize(
             b.c.block <= last * ratio + (ratio - 1),
         )
         key_col = b.c.key_id
+        below_size = BLOCK_SIZES[level - 2]
     rows: list[tuple[Any, ...]] = []
     for i in range(0, len(ids), _IN_CHUNK):
         sub = agg.where(key_col.in_(ids[i : i + _IN_CHUNK])).group_by(key_col, block).subquery()
-        p = metric_points
-        query = select(sub, p.c.value).join(
-            p, and_(p.c.key_id == sub.c.key_id, p.c.step == sub.c.last_step)
-        )
+        if level == 1:
+            p = metric_points
+            query = select(sub, p.c.value).join(
+                p, and_(p.c.key_id == sub.c.key_id, p.c.step == sub.c.last_step)
+            )
+        else:
+            # The last value of the block below holding the last step (by its primary key):
+            # the points below may be rows or in a chunk.
+            c = metric_blocks.alias("child")
+            query = select(sub, c.c.last_value).join(
+                c,
+                and_(
+                    c.c.key_id == sub.c.key_id,
+                    c.c.level == level - 1,
+                    c.c.block == sub.c.last_step // below_size,
+                ),
+            )
         rows.extend(tuple(row) for row in conn.execute(query))
     return rows
 
@@ -265,7 +331,7 @@ def step_key_stats(
     """{key, last_step, last_value, count, step_metric} of the run's keys with step-keyed
     points (of those with ids `ids` when given), by name."""
     top = len(BLOCK_SIZES)
-    k, b, p = metric_keys, metric_blocks, metric_points
+    k, b, p, c = metric_keys, metric_blocks, metric_points, chunks_table
     of_run = select(k.c.id).where(k.c.run_seq == run_seq)
     agg = (
         select(
@@ -281,12 +347,22 @@ def step_key_stats(
         select(
             k.c.name.label("key"),
             agg.c.last_step,
-            p.c.value.label("last_value"),
+            func.coalesce(p.c.value, c.c.last_value).label("last_value"),
             agg.c.count,
             k.c.step_metric,
         )
         .join(agg, agg.c.key_id == k.c.id)
-        .join(p, and_(p.c.key_id == k.c.id, p.c.step == agg.c.last_step))
+        # The last point is a row or a chunk's last (metric_chunks: never both).
+        .outerjoin(p, and_(p.c.key_id == k.c.id, p.c.step == agg.c.last_step))
+        .outerjoin(
+            c,
+            and_(
+                c.c.key_id == k.c.id,
+                c.c.chunk == agg.c.last_step // metric_chunks.CHUNK_STEPS,
+                c.c.last_step == agg.c.last_step,
+            ),
+        )
+        .where(or_(p.c.value.is_not(None), c.c.last_value.is_not(None)))
         .order_by(k.c.name)
     )
     return [dict(row) for row in conn.execute(query).mappings()]
@@ -306,9 +382,9 @@ def series(
     every point.
     """
     if names is None:
-        p = metric_points
+        # The keys with step-keyed points (rows or chunks): last_step is -1 until one is written.
         query = select(metric_keys.c.name, metric_keys.c.id).where(
-            metric_keys.c.run_seq == run_seq, exists().where(p.c.key_id == metric_keys.c.id)
+            metric_keys.c.run_seq == run_seq, metric_keys.c.last_step >= 0
         )
         ids = dict(conn.execute(query.order_by(metric_keys.c.name)).all())
     else:
@@ -354,17 +430,9 @@ def series_of_runs(
 
 
 # The read path's statements, built once: building and keying a select per query cost as much
-# as SQLite's own work for a 391-row series (issue 21: 400 series on the compare page).
-_p, _b = metric_points, metric_blocks
-_IN_RANGE = and_(
-    _p.c.key_id == bindparam("key_id"), _p.c.step >= bindparam("lo"), _p.c.step <= bindparam("hi")
-)
-_FIRST_STEP = select(func.min(_p.c.step)).where(_IN_RANGE)
-_LAST_STEP = select(func.max(_p.c.step)).where(_IN_RANGE)
-_COUNT_UP_TO = select(func.count()).select_from(
-    select(literal(1)).where(_IN_RANGE).limit(bindparam("up_to")).subquery()
-)
-_POINTS = select(_p.c.step, _p.c.value).where(_IN_RANGE).order_by(_p.c.step)
+# as SQLite's own work for a 391-row series (issue 21: 400 series on the compare page). The
+# points themselves (rows and chunks) are read by metric_chunks.
+_b = metric_blocks
 _BLOCKS = (
     select(_b.c.count, _b.c.min, _b.c.max, _b.c.last_step, _b.c.last_value)
     .where(
@@ -380,21 +448,16 @@ _BLOCKS = (
 def _series(
     conn: Connection, key_id: int, step_min: int, step_max: int, max_points: int
 ) -> tuple[list[Summary], bool]:
-    where = {"key_id": key_id, "lo": step_min, "hi": step_max}
     if max_points:
-        lo = conn.execute(_FIRST_STEP, where).scalar_one()
-        hi = conn.execute(_LAST_STEP, where).scalar_one()
-        # Fewer steps in range than max_points: fewer points too, no count needed.
-        if lo is not None and hi - lo + 1 > max_points:
-            count = conn.execute(_COUNT_UP_TO, {**where, "up_to": max_points + 1}).scalar_one()
-            if count > max_points:
-                return _downsample(conn, key_id, lo, hi, max_points), True
+        lo, hi, count = metric_chunks.extent(conn, key_id, step_min, step_max, max_points + 1)
+        # Fewer steps in range than max_points: fewer points too.
+        if lo is not None and hi is not None and hi - lo + 1 > max_points and count > max_points:
+            return _downsample(conn, key_id, lo, hi, max_points), True
     return _points(conn, key_id, step_min, step_max), False
 
 
 def _points(conn: Connection, key_id: int, lo: int, hi: int) -> list[Summary]:
-    rows = conn.execute(_POINTS, {"key_id": key_id, "lo": lo, "hi": hi}).all()
-    return [(1, v, v, s, v) for s, v in rows]
+    return [(1, v, v, s, v) for s, v, _ in metric_chunks.read(conn, key_id, lo, hi)]
 
 
 def _downsample(conn: Connection, key_id: int, lo: int, hi: int, max_points: int) -> list[Summary]:
@@ -453,17 +516,6 @@ def points_page(
     conn: Connection, key_id: int, after_step: int, limit: int
 ) -> list[tuple[int, float, float | None]]:
     """(step, value, ts) of one key after `after_step`, in step order (for exports)."""
-    p = metric_points
-    query = (
-        select(p.c.step, p.c.value, p.c.ts)
-        .where(p.c.key_id == key_id, p.c.step > after_step)
-        .order_by(p.c.step)
-        .limit(limit)
-    )
-    # The driver's tuples as they are: these columns need no result processing, and skipping
-    # SQLAlchemy's rows halves the CPU of reading a page (an export reads every point).
-    result = conn.execute(query)
-    try:
-        return list(result.cursor.fetchall())
-    finally:
-        result.close()
+    if after_step >= MAX_STEP:
+        return []
+    return metric_chunks.read(conn, key_id, after_step + 1, MAX_STEP, limit)

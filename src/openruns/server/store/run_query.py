@@ -46,7 +46,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import bad_request
 from ..queries.language import COLUMNS, And, Compare, Field, Node, Not, Or, Value
-from .schema import metric_keys, metric_points, metric_time_points, run_tags, runs
+from .schema import BLOCK_SIZES, metric_blocks, metric_keys, metric_time_points, run_tags, runs
 
 __all__ = ["Cursor", "RunQuery", "page_statement", "query_page"]
 
@@ -329,10 +329,13 @@ def _latest(key: str) -> Any:
         .correlate(runs)
         .scalar_subquery()
     )
+    # The last value of the key's last top-level block: its points may be rows or in chunks
+    # (store/metric_chunks.py), and the block summaries cover both.
+    b = metric_blocks
     stepped = (
-        select(metric_points.c.value)
-        .where(metric_points.c.key_id == key_id)
-        .order_by(metric_points.c.step.desc())
+        select(b.c.last_value)
+        .where(b.c.key_id == key_id, b.c.level == len(BLOCK_SIZES))
+        .order_by(b.c.block.desc())
         .limit(1)
         .correlate(runs)
         .scalar_subquery()

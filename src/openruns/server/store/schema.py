@@ -12,6 +12,9 @@ create it; a change here needs a new numbered migration.
 - metric_blocks: per key, the count/min/max/last of every aligned block of BLOCK_SIZES[level]
   steps, rebuilt for the blocks each upload touches; a downsampled read of a long series reads
   these instead of every point.
+- metric_chunks (migration 0019): dense series, per (metric key, 4096 aligned steps) one row
+  of packed columns (steps, values, times) with its summary; each (key, step) lives either in
+  a metric_points row or in a chunk, never both (store/metric_chunks.py).
 - metric_time_points: rows logged without a step, one per (metric key, timestamp).
 - segments / episodes: one immutable blob per episodes upload, and one index row per record
   pointing into it (the zstd frame holding it, and the record's place inside that frame), with
@@ -82,6 +85,7 @@ __all__ = [
     "log_totals",
     "metadata",
     "metric_blocks",
+    "metric_chunks",
     "metric_keys",
     "metric_points",
     "metric_time_points",
@@ -243,6 +247,26 @@ metric_blocks = Table(
     Column("max", Float, nullable=False),
     Column("last_step", BigInteger, nullable=False),
     Column("last_value", Float, nullable=False),
+    sqlite_with_rowid=False,
+)
+
+# Dense series (migration 0019): per (key, 4096 aligned steps) the points as packed columns
+# (store/metric_chunks.py has the format); a (key, step) is a metric_points row or in a chunk,
+# never both.
+metric_chunks = Table(
+    "metric_chunks",
+    metadata,
+    Column("key_id", Integer, primary_key=True),
+    Column("chunk", BigInteger, primary_key=True),  # step // 4096
+    Column("count", Integer, nullable=False),
+    Column("min", Float, nullable=False),
+    Column("max", Float, nullable=False),
+    Column("first_step", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    Column("last_value", Float, nullable=False),
+    Column("steps", LargeBinary, nullable=False),
+    Column("vals", LargeBinary, nullable=False),
+    Column("times", LargeBinary),
     sqlite_with_rowid=False,
 )
 

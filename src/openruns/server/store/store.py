@@ -175,7 +175,7 @@ class Store:
             if prior is not None:
                 return prior
             rows = 0
-            touched: dict[int, set[int]] = {}
+            touched = metrics.Touched()
             for count, points in chunks:
                 rows += count
                 metrics.write_points(conn, run_seq, points, touched)

@@ -13,14 +13,16 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from .schema import BLOCK_SIZES, metric_blocks, metric_keys, metric_points
+from ...spec import MAX_STEP
+from . import metric_chunks
+from .schema import BLOCK_SIZES, metric_blocks, metric_keys
 
 __all__ = ["timeline"]
 
 
 def timeline(conn: Connection, run_seq: int, points: int) -> dict[str, list[Any]]:
     """{"step": [...], "ts": [...]} ascending by step; empty when no point has a time."""
-    b, p = metric_blocks, metric_points
+    b = metric_blocks
     longest = conn.execute(
         select(b.c.key_id)
         .where(
@@ -34,15 +36,14 @@ def timeline(conn: Connection, run_seq: int, points: int) -> dict[str, list[Any]
     out: dict[str, list[Any]] = {"step": [], "ts": []}
     if longest is None:
         return out
-    timed = (p.c.key_id == longest, p.c.ts.is_not(None))
-    lo, hi = conn.execute(select(func.min(p.c.step), func.max(p.c.step)).where(*timed)).one()
-    if lo is None:
+    first = metric_chunks.first_timed(conn, longest, 0, MAX_STEP)
+    last = metric_chunks.first_timed(conn, longest, 0, MAX_STEP, descending=True)
+    if first is None or last is None:
         return out
+    lo, hi = first[0], last[0]
     edges = sorted({lo + (hi - lo) * i // max(1, points - 1) for i in range(points)} | {hi})
     for edge in edges:
-        row = conn.execute(
-            select(p.c.step, p.c.ts).where(*timed, p.c.step >= edge).order_by(p.c.step).limit(1)
-        ).first()
+        row = metric_chunks.first_timed(conn, longest, edge, MAX_STEP)
         if row is not None and (not out["step"] or row[0] > out["step"][-1]):
             out["step"].append(row[0])
             out["ts"].append(row[1])

@@ -19,6 +19,7 @@ from .schema import (
     annotations_table,
     episodes,
     log_totals,
+    metric_chunks,
     metric_keys,
     metric_points,
     metric_time_points,
@@ -78,6 +79,25 @@ def usage(
             .group_by(metric_keys.c.run_seq),
             name,
         )
+    # A chunk's points count as metric rows (the figure is points, wherever they are stored),
+    # and its bytes are its columns' and ~100 a row, less what ROW_BYTES adds for its points
+    # below.
+    c = metric_chunks
+    columns = (
+        func.length(c.c.steps) + func.length(c.c.vals) + func.coalesce(func.length(c.c.times), 0)
+    )
+    add(
+        select(
+            metric_keys.c.run_seq,
+            func.sum(c.c.count),
+            func.sum(columns + 100 - c.c.count * ROW_BYTES["metric_rows"]),
+        )
+        .select_from(c.join(metric_keys, metric_keys.c.id == c.c.key_id))
+        .where(metric_keys.c.run_seq.in_(subset))
+        .group_by(metric_keys.c.run_seq),
+        "metric_rows",
+        "row_bytes",
+    )
     add(
         select(episodes.c.run_seq, func.count())
         .where(episodes.c.run_seq.in_(subset))

@@ -22,13 +22,12 @@ from sqlalchemy import Connection, and_, or_, select, update
 from ...spec import ConfigSource, RunStatus
 from ..errors import ApiError, bad_request
 from ..logs import MAX_LINE_CHARS
-from . import logs, metrics, runs
+from . import logs, metric_chunks, metrics, runs
 from .metrics import MetricPoints
 from .rows import RunRow
 from .schema import (
     log_lines,
     metric_keys,
-    metric_points,
     wandb_console,
     wandb_files,
     wandb_media,
@@ -186,10 +185,7 @@ def _fork(conn: Connection, seq: int, team_id: str, branch: dict[str, Any]) -> N
     points = MetricPoints()
     axes: dict[str, str | None] = {}
     for name, key_id in metrics.run_keys(conn, parent["seq"]):
-        query = select(metric_points.c.step, metric_points.c.value, metric_points.c.ts).where(
-            metric_points.c.key_id == key_id, metric_points.c.step <= int(step)
-        )
-        for point_step, value, ts in conn.execute(query):
+        for point_step, value, ts in metric_chunks.read(conn, key_id, 0, int(step)):
             points[(name, int(point_step))] = (value, ts)
     for name, step_metric in conn.execute(
         select(metric_keys.c.name, metric_keys.c.step_metric).where(
