@@ -20,6 +20,7 @@ from openruns.server.store.schema import metric_chunks as chunks
 
 from .helpers import api, create_run, metric_rows, upload
 from .test_deletion import rows_left, seq_of
+from .test_store import assert_buckets
 
 DENSE = metric_chunks.DENSE_POINTS
 CHUNK = metric_chunks.CHUNK_STEPS
@@ -113,17 +114,7 @@ def check_downsampled(store, run_seq, name, truth, lo, hi, max_points):
         assert not downsampled and got["step"] == [s for s, _ in points]
         return
     assert downsampled and 0 < len(got["step"]) <= max_points
-    i = 0
-    for step, value, low, high in zip(
-        got["step"], got["value"], got["min"], got["max"], strict=True
-    ):
-        bucket = []
-        while i < len(points) and points[i][0] <= step:
-            bucket.append(points[i][1])
-            i += 1
-        assert bucket and points[i - 1][0] == step
-        assert (value, low, high) == (bucket[-1], min(bucket), max(bucket))
-    assert i == len(points)
+    assert_buckets(got, points)
 
 
 def check_blocks(store, run_seq, name, truth):

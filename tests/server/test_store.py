@@ -78,19 +78,7 @@ def test_downsampled_series_matches_brute_force(store, case):
     assert downsampled
     assert 0 < len(got["step"]) <= max_points
     assert got["step"] == sorted(set(got["step"])) and got["step"][-1] == points[-1][0]
-    # Each bucket is the run of points after the previous bucket's step up to its own step:
-    # its value is the last of them, min and max over all of them.
-    i = 0
-    for step, value, low, high in zip(
-        got["step"], got["value"], got["min"], got["max"], strict=True
-    ):
-        bucket = []
-        while i < len(points) and points[i][0] <= step:
-            bucket.append(points[i][1])
-            i += 1
-        assert bucket and points[i - 1][0] == step
-        assert (value, low, high) == (bucket[-1], min(bucket), max(bucket))
-    assert i == len(points)
+    assert_buckets(got, points)
 
 
 def test_key_stats_and_merge(store):
@@ -199,3 +187,20 @@ def test_a_newer_schema_is_refused_in_words(tmp_path):
     db.close()
     with pytest.raises(NewerSchemaError, match="migrated by a newer openruns.*upgrade this server"):
         Store.open(url)
+
+
+def assert_buckets(got: dict, points: list) -> None:
+    """A downsampled series `got` against its points [(step, value)] in step order: each
+    bucket is the run of points after the previous bucket's step up to its own step, its value
+    the last of them, min and max over all of them."""
+    i = 0
+    for step, value, low, high in zip(
+        got["step"], got["value"], got["min"], got["max"], strict=True
+    ):
+        bucket = []
+        while i < len(points) and points[i][0] <= step:
+            bucket.append(points[i][1])
+            i += 1
+        assert bucket and points[i - 1][0] == step
+        assert (value, low, high) == (bucket[-1], min(bucket), max(bucket))
+    assert i == len(points)
