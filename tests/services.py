@@ -31,6 +31,7 @@ import itertools
 import json
 import os
 import pwd
+import random
 import shutil
 import socket
 import subprocess
@@ -97,10 +98,23 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+# Ports handed out for a server to bind later lie below the kernel's ephemeral range
+# (/proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default): a port from that range can
+# be taken, between choosing and binding, by any outgoing connection of a concurrent test.
+_PORTS = range(20_000, 32_000)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port nothing listens on now, outside the ephemeral range."""
+    for _ in range(200):
+        port = random.choice(_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port found in {_PORTS}")
 
 
 def _wait(predicate: Any, timeout: float, what: str, log: Path | None = None) -> None:

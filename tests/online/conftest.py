@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from openruns.sync import sync_run
 from openruns.wire import WireClient
 
 from .. import patience
+from ..services import free_port
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -29,12 +29,6 @@ def server(tmp_path):
     handle = serve_in_thread(data_dir=tmp_path / "server-data", host="127.0.0.1", port=0)
     yield handle
     handle.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ServerProcess:
@@ -61,8 +55,10 @@ class ServerProcess:
             text=True,
         )
         deadline = time.monotonic() + patience.START
+        printed: list[str] = []
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
+            printed.append(line)
             if re.search(r"listening on http://", line):
                 # The server logs every request (its access log): read the pipe to the end,
                 # or a full pipe would stall the server mid-test.
@@ -70,7 +66,8 @@ class ServerProcess:
                 return self
             if not line and self.proc.poll() is not None:
                 break
-        raise RuntimeError(f"openruns server did not start (exit {self.proc.poll()})")
+        said = "".join(printed[-20:]).strip()
+        raise RuntimeError(f"openruns server did not start (exit {self.proc.poll()}): {said}")
 
     def kill(self) -> None:
         assert self.proc is not None

@@ -270,8 +270,8 @@ class Database:
             # The driver must not open transactions by itself; "begin" below does.
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
+            _journal_in_wal(cur)
             for pragma in (
-                "journal_mode=WAL",
                 "synchronous=FULL",
                 f"busy_timeout={BUSY_TIMEOUT_MS}",
                 "cache_size=-65536",
@@ -286,6 +286,23 @@ class Database:
             conn.exec_driver_sql(begin)
 
         return engine
+
+
+def _journal_in_wal(cur: sqlite3.Cursor) -> None:
+    """Put the file in WAL mode. On a new file opened by several connections at once, the
+    switch can answer "database is locked" at once, without waiting on the busy handler (SQLite
+    refuses a lock upgrade that could deadlock): try again until the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.005
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
 
 
 def _query_timeout() -> ApiError:
