@@ -15,7 +15,8 @@ import httpx
 import orjson
 from sqlalchemy import func, select, text
 
-from openruns.server.store import deletion
+from openruns.server import serve_in_thread
+from openruns.server.store import deletion, search
 from openruns.server.store import runs as runs_sql
 from openruns.server.store.schema import (
     annotations_table,
@@ -273,6 +274,61 @@ def test_an_interrupted_purge_is_taken_up_again(make_server, new_stores):
     left = rows_left(stores, seq)
     assert not {table: n for table, n in left.items() if n}, left
     assert not [k for k in blob_keys(stores) if k.startswith(f"runs/{seq}/")]
+
+
+def test_an_indexer_racing_a_purge_leaves_no_search_entries(stores_factory, tmp_path):
+    """PostgreSQL, two writers: an indexer that found a run's episodes still there, and has
+    not committed their search entries when the purge deletes the episodes, must not leave
+    those entries behind the purge (both stages of search entries had run, in one slice)."""
+    stores = stores_factory.new("postgres", tmp_path / "data")
+    server = serve_in_thread(**stores.settings)
+    try:
+        with api(server.url) as http:
+            rid = create_run(http)["id"]
+            fill(http, rid, steps=2)
+    finally:
+        server.stop()
+    seq = seq_of(stores, rid)
+    store = stores.open_store()
+    try:
+
+        def unindexed(conn) -> list[search.Document]:
+            conn.execute(text("DELETE FROM episode_search WHERE run_seq = :s"), {"s": seq})
+            rows = conn.execute(
+                select(episodes.c.seq, episodes.c.stream).where(episodes.c.run_seq == seq)
+            )
+            return [(row.seq, seq, row.stream, None, "sandbox words") for row in rows]
+
+        docs = store.db.write_sync(unindexed)
+        assert len(docs) == 10
+        store.db.write_sync(deletion.mark_deleted, seq, None, time.time())
+        with store.db.writer.connect() as indexer, indexer.begin():
+            newest = max(doc[0] for doc in docs)
+            assert search.add_documents(indexer, search.indexed_seq(indexer), newest, docs)
+            purge = threading.Thread(target=purge_rows, args=(store, seq))
+            purge.start()
+            # The indexer commits only once the purge is done or waits on a lock.
+            deadline = time.monotonic() + patience.SETTLE
+            while purge.is_alive() and time.monotonic() < deadline:
+                if store.db.read_sync(waiting_on_locks):
+                    break
+                time.sleep(0.05)
+        purge.join(patience.SETTLE)
+        assert not purge.is_alive()
+    finally:
+        store.close()
+    assert rows_left(stores, seq)["episode_search"] == 0
+
+
+def purge_rows(store, seq: int) -> None:
+    stage = 0
+    while stage < len(deletion.STAGES):
+        stage, _ = store.db.write_sync(deletion.purge_step, seq, stage, 1000, time.time())
+
+
+def waiting_on_locks(conn) -> int:
+    query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+    return conn.execute(text(query)).scalar_one()
 
 
 def purged_at(stores, seq: int) -> float | None:

@@ -259,7 +259,9 @@ def _per_key(table: Table, *order: str) -> Remover:
 
 
 def _search_entries(conn: Connection, run_seq: int, budget: int, step: Step) -> tuple[int, bool]:
-    """PostgreSQL's index rows of the run (SQLite's contentless FTS5 cannot: see the module)."""
+    """PostgreSQL's index rows of the run (SQLite's contentless FTS5 cannot: see the module).
+    An indexer holds its episodes FOR KEY SHARE until it commits (search.add_documents), so
+    once the episodes stage is done no entry of the run is still to come."""
     if conn.dialect.name != "postgresql":
         return 0, True
     removed = conn.execute(
@@ -301,8 +303,4 @@ STAGES: tuple[tuple[str, Remover], ...] = (
     ("segments", _with_blobs(segments, "id")),
     ("prime_objects", _with_blobs(prime_objects, "id")),
     ("wandb_files", _with_blobs(wandb_files, "name")),
-    # Again: an indexer that read the run's records before they went may have written their
-    # entries since (it checks they still exist, but under READ COMMITTED a write in flight
-    # at the first pass is not yet visible to it).
-    ("search_entries", _search_entries),
 )

@@ -236,13 +236,15 @@ def drop_rows(conn: Connection, run_seq: int, segment_id: int, seqs: list[int], 
     removed = 0
     for i in range(0, len(found), _IN_CHUNK):
         chunk = found[i : i + _IN_CHUNK]
+        removed += conn.execute(delete(_e).where(_e.c.seq.in_(chunk))).rowcount
+        # After the rows: an indexer holding them (search.add_documents) has committed its
+        # entries by now, so this statement sees them.
         if conn.dialect.name == "postgresql":
             conn.execute(
                 text("DELETE FROM episode_search WHERE seq IN :seqs").bindparams(
                     bindparam("seqs", chunk, expanding=True)
                 )
             )
-        removed += conn.execute(delete(_e).where(_e.c.seq.in_(chunk))).rowcount
     by_stream: dict[str, list[str]] = {}
     for _, stream, episode_id in rows:
         by_stream.setdefault(stream, []).append(episode_id)

@@ -96,8 +96,15 @@ def add_documents(conn: Connection, expected: int, new: int, docs: list[Document
     if indexed_seq(conn) != expected:
         return False
     if docs:  # not the records of a run deleted since they were read (store/deletion.py)
+        # On PostgreSQL the rows still there are locked (FOR KEY SHARE) until this commits: a
+        # purge deleting them waits, then its next statement sees these entries and removes
+        # them; a purge that deleted first makes this wait and find the rows gone. Without
+        # the lock both pass each other (READ COMMITTED) and the entries outlive the run.
         seqs = [doc[0] for doc in docs]
-        alive = set(conn.execute(select(_e.c.seq).where(_e.c.seq.in_(seqs))).scalars())
+        alive_rows = select(_e.c.seq).where(_e.c.seq.in_(seqs)).order_by(_e.c.seq)
+        if _postgres(conn):
+            alive_rows = alive_rows.with_for_update(read=True, key_share=True)
+        alive = set(conn.execute(alive_rows).scalars())
         docs = [doc for doc in docs if doc[0] in alive]
     if docs and _postgres(conn):
         conn.execute(
