@@ -11,7 +11,7 @@ import pytest
 from openruns.rundir import batch_key
 from openruns.server.body import iter_objects, stream_objects
 from openruns.server.errors import ApiError
-from openruns.server.ingest import metric_chunks
+from openruns.server.metric_rows import metric_batches
 
 from .helpers import api, create_run, error_of, upload
 
@@ -84,7 +84,7 @@ def test_chunks_are_cut_as_rows_are_read():
             read += 1
             yield step + 1, {"step": step, "values": {"a": 1.0, "b": 2.0}}
 
-    chunks = metric_chunks(rows(), chunk_points=10)
+    chunks = metric_batches(rows(), chunk_points=10)
     first_rows, first = next(chunks)
     assert (first_rows, len(first), read) == (5, 10, 5)
     second_rows, second = next(chunks)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,9 +43,9 @@ from .body import (
 )
 from .config import ServerSettings
 from .errors import bad_request
+from .metric_rows import MAX_KEY_CHARS, metric_batches
 from .segments import Segment, blob_key_for, build_segment, check_batch
 from .state import ServerState
-from .store.metrics import MAX_STEP, MetricPoints
 from .store.receipts import get_receipt
 from .store.rows import RunRow
 from .store.runs import require_running_or_grace
@@ -56,13 +55,10 @@ __all__ = [
     "Upload",
     "decode_limits",
     "ingest_records",
-    "metric_chunks",
     "receive",
     "upload_episodes",
     "upload_metrics",
 ]
-
-MAX_KEY_CHARS = 512
 
 
 async def upload_metrics(
@@ -76,7 +72,7 @@ async def upload_metrics(
         upload = await receive(state, request, run, "metrics", key, ticket, decoded=False)
         if upload.prior is not None:
             return upload.prior
-        chunks = metric_chunks(
+        chunks = metric_batches(
             stream_objects(decoded_pieces(upload.data, upload.encoding)),
             state.settings.metric_chunk_points,
         )
@@ -202,69 +198,6 @@ async def receive(
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def metric_chunks(
-    objects: Iterable[tuple[int, dict[str, Any]]], chunk_points: int
-) -> Iterator[tuple[int, MetricPoints]]:
-    """
-    (rows, points) of NDJSON rows `{"step", "ts", "values"}` (`body.stream_objects`), a chunk
-    at a time: each chunk's points {(key, step): (value, ts)}, and in its `by_time`
-    {(key, ts): value} those of rows with `"step": null` (keyed by their time: their `ts` is
-    required), reach `chunk_points` or just past it (a row is never split). Within a chunk the
-    last row of a (key, step) wins; written in order, later chunks win over earlier ones, so
-    an upload's last row of a (key, step) wins however it is cut, as across uploads. 400
-    names the bad line.
-    """
-    points = MetricPoints()
-    rows = 0
-    for lineno, row in objects:
-        _parse_row(lineno, row, points)
-        rows += 1
-        if len(points) + len(points.by_time) >= max(1, chunk_points):
-            yield rows, points
-            points = MetricPoints()
-            rows = 0
-    if rows:
-        yield rows, points
-
-
-def _parse_row(lineno: int, row: dict[str, Any], points: MetricPoints) -> None:
-    # Exact type checks, not isinstance: this runs once per metric value. orjson never
-    # yields NaN or infinities, and its integers fit in 64 bits.
-    step = row.get("step")
-    if step is not None and (type(step) is not int or not 0 <= step <= MAX_STEP):
-        raise _bad_row(
-            lineno, f"step must be an integer from 0 to {MAX_STEP} or null, got {step!r}"
-        )
-    ts = row.get("ts")
-    if ts is not None:
-        if type(ts) is int:
-            ts = float(ts)
-        elif type(ts) is not float:
-            raise _bad_row(lineno, f"ts must be a number (epoch seconds), got {ts!r}")
-    elif step is None:
-        raise _bad_row(lineno, "a row without a step is keyed by its time: ts is required")
-    values = row.get("values")
-    if type(values) is not dict:
-        raise _bad_row(lineno, "values must be an object of metric name to number")
-    by_time = points.by_time
-    for name, value in values.items():
-        kind = type(value)
-        if kind is not float:
-            if kind is not int and kind is not bool:
-                raise _bad_row(lineno, f"values[{name!r}] must be a number, got {value!r}")
-            value = float(value)
-        if not name or len(name) > MAX_KEY_CHARS:
-            raise _bad_row(lineno, f"metric names must have 1 to {MAX_KEY_CHARS} characters")
-        if step is not None:
-            points[(name, step)] = (value, ts)
-        elif ts is not None:  # always, when step is None (required above)
-            by_time[(name, ts)] = value
-
-
-def _bad_row(lineno: int, message: str) -> Exception:
-    return bad_request("invalid_metrics", f"line {lineno}: {message}")
 
 
 async def ingest_records(

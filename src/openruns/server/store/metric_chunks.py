@@ -36,9 +36,9 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate
-from operator import itemgetter, sub
 from typing import Any, NamedTuple
 
+import numpy as np
 import zstandard
 from sqlalchemy import Connection, and_, bindparam, delete, func, literal, select
 
@@ -51,10 +51,15 @@ __all__ = [
     "CHUNK_STEPS",
     "DENSE_POINTS",
     "Columns",
+    "Group",
+    "Points",
     "decode",
+    "dict_of",
     "encode",
     "extent",
     "first_timed",
+    "last_per_step",
+    "points_of",
     "read",
     "write",
 ]
@@ -82,11 +87,8 @@ def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
     return pair
 
 
-def _pack(column: array[Any], compress: bool) -> bytes:
-    if _SWAP:
-        column = array(column.typecode, column)
-        column.byteswap()
-    raw = column.tobytes()
+def _pack(raw: bytes, compress: bool) -> bytes:
+    """Little-endian column bytes behind their tag, compressed where that saves an eighth."""
     if compress and len(raw) >= 64:
         packed = _zstd()[0].compress(raw)
         if len(packed) <= len(raw) * 7 // 8:
@@ -113,18 +115,18 @@ class Columns(NamedTuple):
     times: array[float] | None
 
 
-def encode(cols: Columns) -> tuple[bytes, bytes, bytes | None]:
+def encode(cols: Columns | Points) -> tuple[bytes, bytes, bytes | None]:
     """(steps, vals, times) columns of a chunk's points (at least one, steps ascending within
     one chunk's range)."""
-    steps = cols.steps
+    steps = np.asarray(cols.steps, np.int64)
     if steps[-1] - steps[0] + 1 == len(steps):
         packed_steps = b""
     else:
-        deltas = array("H", [steps[0] % CHUNK_STEPS])
-        deltas.extend(map(sub, steps[1:], steps[:-1]))
-        packed_steps = _pack(deltas, compress=True)
-    times = None if cols.times is None else _pack(cols.times, compress=True)
-    return packed_steps, _pack(cols.values, compress=True), times
+        deltas = np.diff(steps, prepend=steps[0] - steps[0] % CHUNK_STEPS)
+        packed_steps = _pack(deltas.astype("<u2").tobytes(), compress=True)
+    values = np.asarray(cols.values, "<f8").tobytes()
+    times = None if cols.times is None else _pack(np.asarray(cols.times, "<f8").tobytes(), True)
+    return packed_steps, _pack(values, compress=True), times
 
 
 def decode(
@@ -154,11 +156,49 @@ _CHUNK_COLUMNS = (
 _BLOCK_COLUMNS = ("key_id", "level", "block", "count", "min", "max", "last_step", "last_value")
 
 
+class Points(NamedTuple):
+    """Points of one (key, chunk) to write: steps ascending and unique (int64), their values
+    (float64), and their times (float64, NaN: none), or None when no point has one."""
+
+    steps: np.ndarray
+    values: np.ndarray
+    times: np.ndarray | None
+
+
+Group = Points | dict[int, tuple[float, float | None]]
+
+
+def points_of(group: Group) -> Points:
+    """A group as Points (a dict {step: (value, ts)} sorted into columns)."""
+    if isinstance(group, Points):
+        return group
+    items = sorted(group.items())
+    steps = np.fromiter((step for step, _ in items), np.int64, len(items))
+    values = np.fromiter((point[0] for _, point in items), np.float64, len(items))
+    stamps = [point[1] for _, point in items]
+    if stamps.count(None) == len(stamps):
+        return Points(steps, values, None)
+    times = np.array([math.nan if t is None else t for t in stamps], np.float64)
+    return Points(steps, values, times)
+
+
+def dict_of(group: Group) -> dict[int, tuple[float, float | None]]:
+    """A group as {step: (value, ts)}."""
+    if not isinstance(group, Points):
+        return group
+    stamps: Iterable[float | None] = (
+        itertools.repeat(None) if group.times is None else map(_ts, group.times.tolist())
+    )
+    return dict(
+        zip(group.steps.tolist(), zip(group.values.tolist(), stamps, strict=False), strict=False)
+    )
+
+
 def write(
     conn: Connection,
-    groups: dict[tuple[int, int], dict[int, tuple[float, float | None]]],
+    groups: dict[tuple[int, int], Group],
     chunked: dict[int, set[int]],
-) -> dict[tuple[int, int], dict[int, tuple[float, float | None]]]:
+) -> dict[tuple[int, int], Group]:
     """
     Merge the upload's points grouped by (key id, chunk number) into chunks where they belong
     (DENSE_POINTS or more, or the chunk exists); the rest are returned, to be written as rows.
@@ -166,30 +206,27 @@ def write(
     chunk number is added to `chunked` ({key id: chunks}) for the coarser levels.
     """
     stored = _stored(conn, groups)
-    dense = {g for g, points in groups.items() if g in stored or len(points) >= DENSE_POINTS}
+    dense = {g for g, group in groups.items() if g in stored or _size(group) >= DENSE_POINTS}
     if not dense:
         return groups
     absorbed = _absorb(conn, [g for g in dense if g not in stored])
     chunk_rows: list[tuple[Any, ...]] = []
     block_rows: list[tuple[Any, ...]] = []
     for key_id, number in sorted(dense):
-        new = groups[(key_id, number)]
-        old = stored.get((key_id, number))
+        new = points_of(groups[(key_id, number)])
         rows = absorbed.get((key_id, number))
-        cols = _merge(old, rows, new)
-        packed = encode(cols)
-        values = cols.values
+        merged = _merge(stored.get((key_id, number)), rows, new)
+        values = merged.values
         chunk_rows.append(
-            (key_id, number, len(values), min(values), max(values), cols.steps[0],
-             cols.steps[-1], values[-1], *packed)
+            (key_id, number, len(values), float(values.min()), float(values.max()),
+             int(merged.steps[0]), int(merged.steps[-1]), float(values[-1]), *encode(merged))
         )  # fmt: skip
-        # The level-2 blocks of the new points, and of the absorbed rows (written as rows
-        # earlier in this upload, their blocks may not be built yet).
-        size = BLOCK_SIZES[1]
-        first, last = min(new), max(new)
+        # The level-1 and 2 blocks of the new points, and of the absorbed rows (written as
+        # rows earlier in this upload, their blocks may not be built yet).
+        first, last = int(new.steps[0]), int(new.steps[-1])
         if rows:
             first, last = min(first, min(rows)), max(last, max(rows))
-        block_rows.extend(_blocks(key_id, cols, range(first // size, last // size + 1)))
+        block_rows.extend(_blocks(key_id, number, merged, first, last))
         chunked.setdefault(key_id, set()).add(number)
     executemany(
         conn, upsert(conn, _c, _CHUNK_COLUMNS[:2], _CHUNK_COLUMNS[2:]), _CHUNK_COLUMNS, chunk_rows
@@ -201,7 +238,11 @@ def write(
     return {g: points for g, points in groups.items() if g not in dense}
 
 
-def _stored(conn: Connection, groups: Iterable[tuple[int, int]]) -> dict[tuple[int, int], Columns]:
+def _size(group: Group) -> int:
+    return len(group.steps if isinstance(group, Points) else group)
+
+
+def _stored(conn: Connection, groups: Iterable[tuple[int, int]]) -> dict[tuple[int, int], Points]:
     """The stored chunks among `groups`, decoded: which exist in one query (per _IN_CHUNK
     keys, over the upload's chunk numbers: their summaries only), then their columns, one
     query per chunk number (an upload's keys usually share one or two)."""
@@ -218,14 +259,28 @@ def _stored(conn: Connection, groups: Iterable[tuple[int, int]]) -> dict[tuple[i
         for key_id, number in conn.execute(query.where(_c.c.key_id.in_(ids[i : i + _IN_CHUNK]))):
             if (key_id, number) in wanted:
                 found.setdefault(number, []).append(key_id)
-    out: dict[tuple[int, int], Columns] = {}
+    out: dict[tuple[int, int], Points] = {}
     load = select(_c.c.key_id, _c.c.first_step, _c.c.last_step, _c.c.steps, _c.c.vals, _c.c.times)
     for number, keys in found.items():
         for i in range(0, len(keys), _IN_CHUNK):
             where = (_c.c.chunk == number, _c.c.key_id.in_(keys[i : i + _IN_CHUNK]))
             for key_id, first, last, steps, vals, times in conn.execute(load.where(*where)):
-                out[(key_id, number)] = decode(first, last, steps, vals, times)
+                out[(key_id, number)] = _decode_points(first, last, steps, vals, times)
     return out
+
+
+def _decode_points(
+    first_step: int, last_step: int, steps: bytes, vals: bytes, times: bytes | None
+) -> Points:
+    """A stored chunk as Points (decode, in arrays rather than the readers' sequences)."""
+    values = np.frombuffer(_unpack("d", vals), np.float64)
+    if not steps:
+        stepped = np.arange(first_step, last_step + 1, dtype=np.int64)
+    else:
+        deltas = np.frombuffer(_unpack("H", steps), np.uint16).astype(np.int64)
+        stepped = np.cumsum(deltas) + (first_step - first_step % CHUNK_STEPS)
+    stamps = None if times is None else np.frombuffer(_unpack("d", times), np.float64)
+    return Points(stepped, values, stamps)
 
 
 def _absorb(
@@ -258,82 +313,65 @@ def _absorb(
 
 
 def _merge(
-    old: Columns | None,
-    rows: dict[int, tuple[float, float | None]] | None,
-    new: dict[int, tuple[float, float | None]],
-) -> Columns:
+    old: Points | None, rows: dict[int, tuple[float, float | None]] | None, new: Points
+) -> Points:
     """The chunk's points after this write: the stored ones (`old`, or the absorbed `rows`),
     then the new ones, the new winning per step."""
-    if old is not None and min(new) > old.steps[-1]:  # an append: concatenate
-        steps, added = _columns(new)
-        merged = list(old.steps)
-        merged.extend(steps)
-        values = array("d", old.values)
-        values.extend(map(itemgetter(0), added))
-        stamps = list(map(itemgetter(1), added))
-        if old.times is None and stamps.count(None) == len(stamps):
-            return Columns(merged, values, None)
-        times = (
-            array("d", old.times)
-            if old.times is not None
-            else array("d", [math.nan]) * len(old.steps)
-        )
-        times.extend(_times(stamps))
-        return Columns(merged, values, times)
-    points: dict[int, tuple[float, float | None]] = {}
-    if old is not None:
-        old_times = old.times
-        for i, s in enumerate(old.steps):
-            points[s] = (old.values[i], None if old_times is None else _ts(old_times[i]))
-    if rows:
-        points.update(rows)
-    points.update(new)
-    steps, merged_points = _columns(points)
-    values = array("d", map(itemgetter(0), merged_points))
-    stamps = list(map(itemgetter(1), merged_points))
-    if stamps.count(None) == len(stamps):
-        return Columns(steps, values, None)
-    return Columns(steps, values, array("d", _times(stamps)))
+    parts = [p for p in (old, points_of(rows) if rows else None, new) if p is not None]
+    if len(parts) == 1:
+        return new
+    steps = np.concatenate([p.steps for p in parts])
+    values = np.concatenate([p.values for p in parts])
+    times = None
+    if any(p.times is not None for p in parts):
+        times = np.concatenate([_nan_times(p) for p in parts])
+    if all(a.steps[-1] < b.steps[0] for a, b in itertools.pairwise(parts)):  # appends
+        return Points(steps, values, times)
+    keep = last_per_step(steps)
+    return Points(steps[keep], values[keep], None if times is None else times[keep])
 
 
-def _columns(
-    points: dict[int, tuple[float, float | None]],
-) -> tuple[list[int], list[tuple[float, float | None]]]:
-    """(steps, (value, ts) points) in step order."""
-    items = sorted(points.items())
-    return list(map(itemgetter(0), items)), list(map(itemgetter(1), items))
+def last_per_step(steps: np.ndarray) -> np.ndarray:
+    """Indices of `steps` in step order, of the last one given where a step comes twice."""
+    order = np.argsort(steps, kind="stable")  # equal steps keep their order: last is latest
+    ordered = steps[order]
+    last = np.empty(len(ordered), bool)
+    last[:-1] = ordered[1:] != ordered[:-1]
+    last[-1:] = True
+    return order[last]
 
 
-def _times(stamps: list[float | None]) -> list[float]:
-    """Times with NaN for none (no copy when every point has one)."""
-    if None not in stamps:
-        return stamps  # type: ignore[return-value]
-    return [math.nan if t is None else t for t in stamps]
+def _nan_times(points: Points) -> np.ndarray:
+    if points.times is not None:
+        return points.times
+    return np.full(len(points.steps), math.nan)
 
 
-def _blocks(key_id: int, cols: Columns, touched: Iterable[int]) -> list[tuple[Any, ...]]:
-    """Block rows (_BLOCK_COLUMNS) of the level-2 blocks `touched` (and their level-1 blocks)
-    and of the chunk itself (level CHUNK_LEVEL), from its columns."""
-    s1, s2 = BLOCK_SIZES[0], BLOCK_SIZES[1]
-    steps, values = cols.steps, cols.values
+def _blocks(
+    key_id: int, number: int, points: Points, first: int, last: int
+) -> list[tuple[Any, ...]]:
+    """Block rows (_BLOCK_COLUMNS) of the level-1 and 2 blocks holding steps `first` to
+    `last`, and of the chunk itself (level CHUNK_LEVEL), from its points."""
+    s2 = BLOCK_SIZES[1]
+    lo, hi = np.searchsorted(points.steps, [first // s2 * s2, (last // s2 + 1) * s2])
+    steps, values = points.steps[lo:hi], points.values[lo:hi]
     rows: list[tuple[Any, ...]] = []
-    for b2 in touched:
-        start, end = bisect_left(steps, b2 * s2), bisect_left(steps, (b2 + 1) * s2)
-        if start == end:
-            continue
-        i = start
-        while i < end:
-            b1 = steps[i] // s1
-            j = bisect_left(steps, (b1 + 1) * s1, i, end)
-            part = values[i:j]
-            rows.append((key_id, 1, b1, j - i, min(part), max(part), steps[j - 1], part[-1]))
-            i = j
-        part = values[start:end]
-        rows.append((key_id, 2, b2, end - start, min(part), max(part), steps[end - 1], part[-1]))
-    n = len(values)
+    for level in (1, 2):
+        ids = steps // BLOCK_SIZES[level - 1]
+        starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+        ends = np.append(starts[1:], len(ids)) - 1
+        rows.extend(
+            zip(
+                itertools.repeat(key_id), itertools.repeat(level), ids[starts].tolist(),
+                (ends - starts + 1).tolist(), np.minimum.reduceat(values, starts).tolist(),
+                np.maximum.reduceat(values, starts).tolist(), steps[ends].tolist(),
+                values[ends].tolist(), strict=False,
+            )
+        )  # fmt: skip
+    values = points.values
     rows.append(
-        (key_id, CHUNK_LEVEL, steps[0] // CHUNK_STEPS, n, min(values), max(values), steps[-1],
-         values[-1])
+        (key_id, CHUNK_LEVEL, number, len(values), float(values.min()), float(values.max()),
+         int(points.steps[-1]), float(values[-1]))
     )  # fmt: skip
     return rows
 

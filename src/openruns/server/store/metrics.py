@@ -22,11 +22,13 @@ points per key, so no block summaries are kept for them).
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 from sqlalchemy import (
     Connection,
     and_,
@@ -57,6 +59,7 @@ __all__ = [
     "EVAL_PREFIX",
     "MAX_STEP",
     "TIME_KEYED_MARK",
+    "MetricColumns",
     "MetricPoints",
     "Touched",
     "is_kind",
@@ -87,6 +90,18 @@ class MetricPoints(dict[tuple[str, int], tuple[float, float | None]]):
         self.by_time: dict[tuple[str, float], float] = {}
 
 
+class MetricColumns(NamedTuple):
+    """Rows of an upload that share their metric names and have a step, as columns (ingest's
+    fast path for dense logging): `names`, the rows' `steps` (int64) and `times` (float64,
+    NaN: none; None when no row has one), and `values` (float64, one row per row, one column
+    per name). In upload order: where a step comes twice, the later row wins."""
+
+    names: tuple[str, ...]
+    steps: np.ndarray
+    times: np.ndarray | None
+    values: np.ndarray
+
+
 class Touched(dict[int, set[int]]):
     """What an upload's writes leave for `rebuild_blocks`: {key id: level-1 blocks} of the
     points written as rows, and in `chunks` {key id: chunk numbers} of the chunks written (their
@@ -109,29 +124,27 @@ Summary = tuple[int, float, float, int, float]
 def write_points(
     conn: Connection,
     run_seq: int,
-    points: dict[tuple[str, int], tuple[float, float | None]],
+    points: dict[tuple[str, int], tuple[float, float | None]] | MetricColumns,
     touched: Touched | None = None,
 ) -> int:
-    """Merge {(key, step): (value, ts)} (into chunks where dense, else as rows: see
-    metric_chunks) and rebuild the touched block summaries; upsert the time-keyed points of a
-    MetricPoints per (key, ts). With `touched`, the summaries are not rebuilt: what was
-    written is added to it for one `rebuild_blocks` after several calls."""
+    """Merge {(key, step): (value, ts)}, or MetricColumns (into chunks where dense, else as
+    rows: see metric_chunks) and rebuild the touched block summaries; upsert the time-keyed
+    points of a MetricPoints per (key, ts). With `touched`, the summaries are not rebuilt: what
+    was written is added to it for one `rebuild_blocks` after several calls. Returns the
+    number of points written."""
+    if isinstance(points, MetricColumns):
+        return _write_columns(conn, run_seq, points, touched)
     by_time: dict[tuple[str, float], float] = getattr(points, "by_time", {})
     if not points and not by_time:
         return 0
     names = {name for name, _ in points} | {name for name, _ in by_time}
-    # For the alert evaluator: what changed; the sampler's system/ rows keep coming from a hung
-    # job, so they do not count as the run's data (silence).
-    data = any(not name.startswith(SYSTEM_PREFIX) for name in names)
-    alerts.touch(conn, run_seq, time.time(), data=data)
-    ids = key_ids(conn, run_seq, names, create=True)
+    ids = _touch_keys(conn, run_seq, names)
     if by_time:
         stmt = upsert(conn, metric_time_points, ("key_id", "ts"), ("value",))
         timed = [(ids[name], ts, value) for (name, ts), value in by_time.items()]
         executemany(conn, stmt, ("key_id", "ts", "value"), timed)
     if not points:
         return len(by_time)
-    blocks = Touched() if touched is None else touched
     # The points by (key, chunk number): the one pass over every point, kept to a dict write.
     shift = metric_chunks.CHUNK_SHIFT
     by_name: dict[tuple[str, int], dict[int, tuple[float, float | None]]] = {}
@@ -140,23 +153,74 @@ def write_points(
             by_name[name, step >> shift][step] = point
         except KeyError:
             by_name[name, step >> shift] = {step: point}
-    groups = {(ids[name], number): group for (name, number), group in by_name.items()}
+    groups: dict[tuple[int, int], metric_chunks.Group] = {}
     highest: dict[int, int] = {}
-    for (key_id, _), group in groups.items():
+    for (name, number), group in by_name.items():
+        key_id = ids[name]
+        groups[(key_id, number)] = group
         top = max(group)
         if top > highest.get(key_id, -1):
             highest[key_id] = top
+    _write_groups(conn, groups, highest, touched)
+    return len(points) + len(by_time)
+
+
+def _write_columns(
+    conn: Connection, run_seq: int, cols: MetricColumns, touched: Touched | None
+) -> int:
+    """MetricColumns cut into (key, chunk) groups of arrays: no per-value Python work where the
+    groups are dense."""
+    ids = _touch_keys(conn, run_seq, cols.names)
+    steps, times, values = cols.steps, cols.times, cols.values
+    if len(steps) > 1 and not bool((steps[1:] > steps[:-1]).all()):
+        keep = metric_chunks.last_per_step(steps)
+        steps, values = steps[keep], values[keep]
+        times = None if times is None else times[keep]
+    by_key = np.ascontiguousarray(values.T)  # a key's values side by side
+    numbers = steps >> metric_chunks.CHUNK_SHIFT
+    cuts = [0, *(np.flatnonzero(numbers[1:] != numbers[:-1]) + 1).tolist(), len(steps)]
+    groups: dict[tuple[int, int], metric_chunks.Group] = {}
+    for a, b in itertools.pairwise(cuts):
+        number, part = int(numbers[a]), steps[a:b]
+        stamps = None if times is None else times[a:b]
+        for j, name in enumerate(cols.names):
+            groups[(ids[name], number)] = metric_chunks.Points(part, by_key[j, a:b], stamps)
+    last = int(steps[-1])
+    _write_groups(conn, groups, {ids[name]: last for name in cols.names}, touched)
+    return len(steps) * len(cols.names)
+
+
+def _touch_keys(conn: Connection, run_seq: int, names: Iterable[str]) -> dict[str, int]:
+    """{name: key id} of the keys written to, created if new; the alert evaluator told the run
+    changed (the sampler's system/ rows keep coming from a hung job, so they do not count as
+    the run's data: silence)."""
+    names = set(names)
+    data = any(not name.startswith(SYSTEM_PREFIX) for name in names)
+    alerts.touch(conn, run_seq, time.time(), data=data)
+    return key_ids(conn, run_seq, names, create=True)
+
+
+def _write_groups(
+    conn: Connection,
+    groups: dict[tuple[int, int], metric_chunks.Group],
+    highest: dict[int, int],
+    touched: Touched | None,
+) -> None:
+    """Points by (key id, chunk number) into chunks where dense, the rest as rows; each key's
+    last step raised to `highest`; the touched blocks rebuilt, or added to `touched`."""
+    blocks = Touched() if touched is None else touched
     sparse = metric_chunks.write(conn, groups, blocks.chunks)
-    rows = [(k, step, v, ts) for (k, _), group in sparse.items() for step, (v, ts) in group.items()]
+    size = BLOCK_SIZES[0]
+    rows: list[tuple[int, int, float, float | None]] = []
+    for (key_id, _), group in sparse.items():
+        points = metric_chunks.dict_of(group)
+        rows.extend((key_id, step, v, ts) for step, (v, ts) in points.items())
+        blocks.setdefault(key_id, set()).update(step // size for step in points)
     stmt = upsert(conn, metric_points, ("key_id", "step"), ("value", "ts"))
     executemany(conn, stmt, ("key_id", "step", "value", "ts"), rows)
-    size = BLOCK_SIZES[0]
-    for (key_id, _), group in sparse.items():
-        blocks.setdefault(key_id, set()).update(step // size for step in group)
     _raise_last_steps(conn, highest)
     if touched is None:
         rebuild_blocks(conn, blocks)
-    return len(points) + len(by_time)
 
 
 _RAISE_LAST_STEP = (

@@ -159,7 +159,7 @@ class Store:
         self,
         run_seq: int,
         key: str,
-        chunks: Iterable[tuple[int, metrics.MetricPoints]],
+        chunks: Iterable[tuple[int, metrics.MetricPoints | metrics.MetricColumns]],
         digest: str | None = None,
     ) -> dict[str, Any]:
         """

@@ -1,0 +1,168 @@
+"""
+The rows of a metrics upload (`{"step", "ts", "values"}` NDJSON, parsed by body.stream_objects)
+checked and gathered into batches for store.ingest_metrics, a chunk at a time.
+
+    for rows, batch in metric_batches(stream_objects(pieces), chunk_points):
+        metrics.write_points(conn, run_seq, batch, touched)     # in order: later rows win
+
+Dense logging sends row after row with the same metric names: from COLUMN_ROWS such rows on,
+they become MetricColumns (the steps, times and a matrix of values, built by numpy in one
+call), so no Python work is done per value; any other row (no step, other names, a bad value)
+is parsed on its own into MetricPoints, which also says which line is wrong. Batches are
+yielded in row order, so the last row of a (key, step) wins however the rows were batched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from .errors import bad_request
+from .store.metrics import MAX_STEP, MetricColumns, MetricPoints
+
+__all__ = ["COLUMN_ROWS", "MAX_KEY_CHARS", "metric_batches"]
+
+MAX_KEY_CHARS = 512
+# Rows sharing their names from which they are written as columns: below it, the arrays cost
+# more than the dict they replace.
+COLUMN_ROWS = 64
+
+Batch = MetricPoints | MetricColumns
+Row = tuple[int, dict[str, Any]]
+
+
+def metric_batches(objects: Iterable[Row], chunk_points: int) -> Iterator[tuple[int, Batch]]:
+    """
+    (rows, batch) of NDJSON rows (line number, object), a chunk of about `chunk_points` points
+    at a time (a row is never split). A MetricPoints holds {(key, step): (value, ts)} and, in
+    its `by_time`, {(key, ts): value} of rows with `"step": null` (keyed by their time: their
+    `ts` is required); within it the last row of a (key, step) wins. 400 names the bad line.
+    """
+    batches = _Batches()
+    bound = max(1, chunk_points)
+    for line in objects:
+        names = _names_of(line[1])
+        if names is None or names != batches.names:
+            yield from batches.settle()
+            batches.names = names
+        if names is None:
+            _parse_row(*line, batches.points)
+            batches.loose += 1
+        else:
+            batches.alike.append(line)
+        if batches.held() >= bound:
+            yield from batches.settle()
+            yield from batches.drain()
+    yield from batches.settle()
+    yield from batches.drain()
+
+
+class _Batches:
+    """The rows read and not yet yielded: `loose` rows parsed into `points`, then the rows
+    `alike` that share `names`, kept as read until they are settled."""
+
+    def __init__(self) -> None:
+        self.points = MetricPoints()
+        self.loose = 0
+        self.names: tuple[str, ...] | None = None
+        self.alike: list[Row] = []
+
+    def held(self) -> int:
+        points = len(self.points) + len(self.points.by_time)
+        return points + len(self.alike) * len(self.names or ())
+
+    def settle(self) -> Iterator[tuple[int, Batch]]:
+        """The rows `alike` as columns, after the loose rows (they came first), or, when too
+        few or not all numbers, parsed into `points`."""
+        alike, self.alike = self.alike, []
+        columns = _columns(alike) if len(alike) >= COLUMN_ROWS else None
+        if columns is None:
+            for line in alike:
+                _parse_row(*line, self.points)
+            self.loose += len(alike)
+            return
+        yield from self.drain()
+        yield len(alike), columns
+
+    def drain(self) -> Iterator[tuple[int, Batch]]:
+        if self.loose:
+            yield self.loose, self.points
+            self.points, self.loose = MetricPoints(), 0
+
+
+def _names_of(row: dict[str, Any]) -> tuple[str, ...] | None:
+    """The row's metric names when it can go into columns: a valid step and time, and
+    `values` a non-empty object of valid names; else None (parsed on its own)."""
+    step = row.get("step")
+    if type(step) is not int or not 0 <= step <= MAX_STEP:
+        return None
+    ts = row.get("ts")
+    if ts is not None and type(ts) is not float and type(ts) is not int:
+        return None
+    values = row.get("values")
+    if type(values) is not dict or not values:
+        return None
+    names = tuple(values)
+    for name in names:
+        if not name or len(name) > MAX_KEY_CHARS:
+            return None
+    return names
+
+
+def _columns(alike: list[Row]) -> MetricColumns | None:
+    """The rows as MetricColumns, or None when a value is not a number (the row path then
+    names it)."""
+    try:
+        matrix = np.array([list(row["values"].values()) for _, row in alike])
+    except (ValueError, TypeError):  # a nested list or object among the values
+        return None
+    if matrix.ndim != 2 or matrix.dtype.kind not in "biuf":  # strings, null: dtype str, object
+        return None
+    rows = [row for _, row in alike]
+    steps = np.fromiter((row["step"] for row in rows), np.int64, len(rows))
+    stamps = [row.get("ts") for row in rows]
+    times = None
+    if stamps.count(None) != len(stamps):
+        times = np.array([np.nan if t is None else t for t in stamps], np.float64)
+    names = tuple(alike[0][1]["values"])
+    return MetricColumns(names, steps, times, matrix.astype(np.float64, copy=False))
+
+
+def _parse_row(lineno: int, row: dict[str, Any], points: MetricPoints) -> None:
+    # Exact type checks, not isinstance: this runs once per metric value. orjson never
+    # yields NaN or infinities, and its integers fit in 64 bits.
+    step = row.get("step")
+    if step is not None and (type(step) is not int or not 0 <= step <= MAX_STEP):
+        raise _bad_row(
+            lineno, f"step must be an integer from 0 to {MAX_STEP} or null, got {step!r}"
+        )
+    ts = row.get("ts")
+    if ts is not None:
+        if type(ts) is int:
+            ts = float(ts)
+        elif type(ts) is not float:
+            raise _bad_row(lineno, f"ts must be a number (epoch seconds), got {ts!r}")
+    elif step is None:
+        raise _bad_row(lineno, "a row without a step is keyed by its time: ts is required")
+    values = row.get("values")
+    if type(values) is not dict:
+        raise _bad_row(lineno, "values must be an object of metric name to number")
+    by_time = points.by_time
+    for name, value in values.items():
+        kind = type(value)
+        if kind is not float:
+            if kind is not int and kind is not bool:
+                raise _bad_row(lineno, f"values[{name!r}] must be a number, got {value!r}")
+            value = float(value)
+        if not name or len(name) > MAX_KEY_CHARS:
+            raise _bad_row(lineno, f"metric names must have 1 to {MAX_KEY_CHARS} characters")
+        if step is not None:
+            points[(name, step)] = (value, ts)
+        elif ts is not None:  # always, when step is None (required above)
+            by_time[(name, ts)] = value
+
+
+def _bad_row(lineno: int, message: str) -> Exception:
+    return bad_request("invalid_metrics", f"line {lineno}: {message}")
