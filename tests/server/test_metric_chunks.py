@@ -160,6 +160,24 @@ def test_a_dense_upload_lands_in_chunks_and_reads_back_exactly(store):
     check_reads(store, run_seq, "loss", truth)
 
 
+def test_the_extent_of_a_range_over_many_chunks_counts_its_edges_and_bounds_the_rest(store):
+    """extent(): the first and last chunk of a range are counted point by point (one with gaps,
+    one contiguous, rows beside them); the chunks between only up to `up_to`."""
+    run_seq = next(_runs)
+    dense = [s for s in range(10 * CHUNK) if s >= CHUNK or s % 3 == 0]  # chunk 0 has gaps
+    write(store, run_seq, {("k", s): (float(s), None) for s in dense})
+    write(store, run_seq, {("k", s): (1.0, None) for s in (10 * CHUNK + 5, 10 * CHUNK + 9)})
+    key_id = store.db.read_sync(metric_sql.key_ids, run_seq, ["k"], False)["k"]
+    points = sorted([*dense, 10 * CHUNK + 5, 10 * CHUNK + 9])
+    for lo, hi in [(100, 9 * CHUNK + 7), (0, 20 * CHUNK), (CHUNK + 1, CHUNK + 2), (2, 2), (7, 11)]:
+        inside = [s for s in points if lo <= s <= hi]
+        expected = (inside[0], inside[-1]) if inside else (None, None)
+        got = store.db.read_sync(metric_chunks.extent, key_id, lo, hi, 10**9)
+        assert got == (*expected, len(inside)), (lo, hi)
+        first, last, bounded = store.db.read_sync(metric_chunks.extent, key_id, lo, hi, 2)
+        assert (first, last) == expected and min(len(inside), 2) <= bounded <= len(inside)
+
+
 def test_rows_then_a_dense_upload_then_overwrites_keep_one_value_per_step(store):
     run_seq = next(_runs)
     truth: dict[int, tuple[float, float | None]] = {}

@@ -389,9 +389,19 @@ _SUMMARY = select(_c.c.chunk, _c.c.count, _c.c.first_step, _c.c.last_step).where
 _UP, _DOWN = _SUMMARY.order_by(_c.c.chunk), _SUMMARY.order_by(_c.c.chunk.desc())
 # With the length of the steps column: 0 when the chunk's steps are contiguous, so an edge's
 # count needs no decoding.
-_EXTENT = select(
-    _c.c.chunk, _c.c.count, _c.c.first_step, _c.c.last_step, func.length(_c.c.steps)
-).where(_IN_RANGE)
+# extent(): only the range's first and last chunk numbers can hold steps outside it; the
+# chunks between are read for their first and last steps and a count bounded by `up_to`, so
+# a range of 12,207 chunks (a 50M-step key) costs three index probes, not 12,207 rows.
+_EDGE_CHUNKS = select(
+    _c.c.count, _c.c.chunk, _c.c.first_step, _c.c.last_step, func.length(_c.c.steps)
+).where(_c.c.key_id == bindparam("key_id"), _c.c.chunk.in_([bindparam("c0"), bindparam("c1")]))
+_INNER = and_(
+    _c.c.key_id == bindparam("key_id"), _c.c.chunk > bindparam("c0"), _c.c.chunk < bindparam("c1")
+)
+_INNER_FIRST = select(_c.c.first_step).where(_INNER).order_by(_c.c.chunk).limit(1)
+_INNER_LAST = select(_c.c.last_step).where(_INNER).order_by(_c.c.chunk.desc()).limit(1)
+_INNER_COUNTS = select(_c.c.count).where(_INNER).order_by(_c.c.chunk).limit(bindparam("up_to"))
+_INNER_COUNT_UP_TO = select(func.coalesce(func.sum(_INNER_COUNTS.subquery().c.count), 0))
 _TIMED_UP = _UP.where(_c.c.times.is_not(None))
 _TIMED_DOWN = _DOWN.where(_c.c.times.is_not(None))
 _LOAD = select(_c.c.first_step, _c.c.last_step, _c.c.steps, _c.c.vals, _c.c.times).where(
@@ -496,15 +506,24 @@ def read(
 def extent(
     conn: Connection, key_id: int, lo: int, hi: int, up_to: int
 ) -> tuple[int | None, int | None, int]:
-    """(first step, last step, count) of the key's points in lo..hi; the count of rows among
-    them is counted up to `up_to` only (enough to know whether a read must be downsampled)."""
+    """(first step, last step, count) of the key's points in lo..hi; the count of the rows
+    among them, and of the chunks wholly inside, is counted up to `up_to` only (enough to
+    know whether a read must be downsampled)."""
     where = _where(key_id, lo, hi)
     first = conn.execute(_ROW_FIRST, where).scalar_one()
     last = conn.execute(_ROW_LAST, where).scalar_one()
     count = 0
     if first is not None:
         count = conn.execute(_ROW_COUNT_UP_TO, {**where, "up_to": up_to}).scalar_one()
-    for number, n, c_first, c_last, gaps in conn.execute(_EXTENT, where).all():
+    inner_first = conn.execute(_INNER_FIRST, where).scalar()
+    if inner_first is not None:
+        inner_last = conn.execute(_INNER_LAST, where).scalar_one()
+        first = inner_first if first is None else min(first, inner_first)
+        last = inner_last if last is None else max(last, inner_last)
+        count += int(conn.execute(_INNER_COUNT_UP_TO, {**where, "up_to": up_to}).scalar_one())
+    for n, number, c_first, c_last, gaps in conn.execute(_EDGE_CHUNKS, where).all():
+        if c_last < lo or c_first > hi:
+            continue
         if (c_first < lo or c_last > hi) and not gaps:  # contiguous, at an edge
             c_first, c_last = max(c_first, lo), min(c_last, hi)
             n = c_last - c_first + 1
