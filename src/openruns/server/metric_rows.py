@@ -77,7 +77,7 @@ class _Batches:
         """The rows `alike` as columns, after the loose rows (they came first), or, when too
         few or not all numbers, parsed into `points`."""
         alike, self.alike = self.alike, []
-        columns = _columns(alike) if len(alike) >= COLUMN_ROWS else None
+        columns = _columns(self.names, alike) if self.names and len(alike) >= COLUMN_ROWS else None
         if columns is None:
             for line in alike:
                 _parse_row(*line, self.points)
@@ -111,9 +111,9 @@ def _names_of(row: dict[str, Any]) -> tuple[str, ...] | None:
     return names
 
 
-def _columns(alike: list[Row]) -> MetricColumns | None:
-    """The rows as MetricColumns, or None when a value is not a number (the row path then
-    names it)."""
+def _columns(names: tuple[str, ...], alike: list[Row]) -> MetricColumns | None:
+    """The rows (all of `names`) as MetricColumns, or None when a value is not a number (the
+    row path then names it)."""
     try:
         matrix = np.array([list(row["values"].values()) for _, row in alike])
     except (ValueError, TypeError):  # a nested list or object among the values
@@ -126,7 +126,6 @@ def _columns(alike: list[Row]) -> MetricColumns | None:
     times = None
     if stamps.count(None) != len(stamps):
         times = np.array([np.nan if t is None else t for t in stamps], np.float64)
-    names = tuple(alike[0][1]["values"])
     return MetricColumns(names, steps, times, matrix.astype(np.float64, copy=False))
 
 
