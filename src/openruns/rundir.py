@@ -494,10 +494,20 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def write_json_atomic(path: Path, value: dict[str, Any]) -> None:
-    """Replace `path` with `value` so that a reader sees the old or the new file, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """
+    Replace `path` with `value` so that a reader sees the old or the new file, never a mix. The
+    folder is made when missing, and made again when another process attached to the run
+    removes it, emptied, between the two (remove_delivered at its finish).
+    """
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    for attempt in range(3):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            break
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
     try:
         _write_all(fd, [orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n"])
         os.fsync(fd)

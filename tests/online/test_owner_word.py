@@ -117,6 +117,66 @@ print(json.dumps({"status": run.status.value, "error": run.error, "errors": run.
 """
 
 
+@pytest.mark.parametrize("together", [True, False], ids=["together", "one-after-the-other"])
+def test_the_loser_of_two_finishes_reports_the_status_that_stands(server, tmp_path, together):
+    # Both processes share the run's directory; the first to finish removes it, delivered,
+    # while the other may be writing its own final status there (CI saw FileNotFoundError).
+    with httpx.Client(base_url=server.url + "/api/v1", timeout=30) as api:
+        run_id = api.post("/runs", json={"kind": "eval", "id": "two-owners"}).json()["id"]
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "PYTHONPATH": SRC,
+        "OPENRUNS_BASE_URL": server.url,
+        "OPENRUNS_DIR": str(tmp_path / "local"),
+        "OPENRUNS_CAPTURE_CONSOLE": "0",
+    }
+    order = ("completed", "failed")
+    procs = {
+        wish: subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(FINISHER), run_id, str(tmp_path / wish), wish],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=default_signals,
+        )
+        for wish in order
+    }
+    for proc in procs.values():  # both resumed the run before either finishes it
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    seen = {}
+    for wish in order if together else ():
+        (tmp_path / wish).touch()
+    for wish, proc in procs.items():
+        (tmp_path / wish).touch()
+        out, err = proc.communicate(timeout=patience.EXIT)
+        assert proc.returncode == 0, err
+        seen[wish] = json.loads(out.strip().splitlines()[-1])
+    stands = get(server.url, f"/runs/{run_id}")
+    assert stands["status"] in order and (together or stands["status"] == "completed")
+    winner = stands["status"]
+    loser = "failed" if winner == "completed" else "completed"
+    assert seen[winner] == {"status": winner, "error": stands["error"], "errors": []}
+    told = seen[loser]
+    assert (told["status"], told["error"]) == (winner, stands["error"]), told  # what stands
+    assert len(told["errors"]) == 1 and f"was already {winner}" in told["errors"][0], told
+    assert f"this process's {loser} was not applied" in told["errors"][0]
+    assert not any((tmp_path / "local").iterdir())  # all was delivered: nothing is left
+
+
+FINISHER = """
+import json, os, sys, time, openruns
+run = openruns.init(id=sys.argv[1], system_metrics_interval=0)
+run.log_metrics({"x": 1.0}, step=0)
+print("ready", flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.01)
+run.finish(status=sys.argv[3], error=None if sys.argv[3] == "completed" else "mine")
+print(json.dumps({"status": run.status.value, "error": run.error, "errors": run.errors}))
+"""
+
+
 def test_the_loser_of_two_concurrent_finishes_reports_the_status_that_stands(server, tmp_path):
     with httpx.Client(base_url=server.url + "/api/v1", timeout=30) as api:
         run_id = api.post("/runs", json={"kind": "eval", "id": "two-owners"}).json()["id"]
@@ -154,6 +214,6 @@ def test_the_loser_of_two_concurrent_finishes_reports_the_status_that_stands(ser
     loser = "failed" if winner == "completed" else "completed"
     assert seen[winner] == {"status": winner, "error": stands["error"], "errors": []}
     told = seen[loser]
-    assert (told["status"], told["error"]) == (winner, stands["error"])  # what stands
+    assert (told["status"], told["error"]) == (winner, stands["error"]), told  # what stands
     assert len(told["errors"]) == 1 and f"was already {winner}" in told["errors"][0], told
     assert f"this process's {loser} was not applied" in told["errors"][0]

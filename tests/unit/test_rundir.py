@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import orjson
 import zstandard
 
@@ -12,7 +14,9 @@ from openruns.rundir import (
     acked_keys,
     iter_batches,
     read_batch,
+    read_json,
     segment_paths,
+    write_json_atomic,
 )
 
 
@@ -78,3 +82,26 @@ def test_the_spool_refuses_what_does_not_fit(tmp_path):
     assert spool.put(batch) is None
     spool.close(("metrics",))
     assert spool.bytes_used == 2 * batch.nbytes  # unacknowledged: kept for openruns sync
+
+
+def test_a_json_file_is_written_when_another_process_removes_its_folder_meanwhile(
+    tmp_path, monkeypatch
+):
+    # Two processes attached to one run share its directory: the one that finishes first
+    # removes it, emptied (remove_delivered), between the other's mkdir and its write.
+    run_dir = tmp_path / "run"
+    real_open = os.open
+    removed = []
+
+    def open_after_the_other_cleaned_up(path, *args, **kwargs):
+        if not removed:
+            removed.append(path)
+            run_dir.rmdir()
+        return real_open(path, *args, **kwargs)
+
+    run_dir.mkdir()
+    monkeypatch.setattr(os, "open", open_after_the_other_cleaned_up)
+    write_json_atomic(run_dir / "run.json", {"status": "failed"})
+    monkeypatch.undo()
+    assert removed and read_json(run_dir / "run.json") == {"status": "failed"}
+    assert [p.name for p in run_dir.iterdir()] == ["run.json"]

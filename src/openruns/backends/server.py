@@ -229,10 +229,11 @@ class ServerBackend:
             self._ensure_created()
             return self.wire.finish_run(self.run_id, body)
 
+        standing = None
         try:
             retrying(finish, deadline=deadline, max_backoff=CLOSE_RETRY_SECONDS)
         except ConflictError:
-            return self._standing_status()
+            standing = self._standing_status()  # the run's status is settled all the same
         except APIError as exc:
             raise APIError(
                 f"{exc} (the final status is kept in {self.local.run_dir}; "
@@ -240,11 +241,10 @@ class ServerBackend:
                 exc.status_code,
                 exc.code,
             ) from exc
-        else:
-            # Nothing is left that `openruns sync` could send: the directory goes (issue 24).
-            run_dir = self.local.run_dir
-            remove_delivered(run_dir, parent=run_dir.parent.name == DEFAULT_DIR)
-        return None
+        # Nothing is left that `openruns sync` could send: the directory goes (issue 24).
+        run_dir = self.local.run_dir
+        remove_delivered(run_dir, parent=run_dir.parent.name == DEFAULT_DIR)
+        return standing
 
     def _standing_status(self) -> tuple[RunStatus, str | None]:
         """The status another process closed the run with (read once more, briefly)."""
