@@ -57,6 +57,11 @@ class ServerConfigError(Exception):
     """The server cannot start with these settings; the message says how to fix it."""
 
 
+def _default_parse_workers() -> int:
+    """The cores but the writer's, at most 4 (parse_workers.py)."""
+    return max(0, min(4, (os.cpu_count() or 1) - 1))
+
+
 def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
     return openruns_path(environ, "OPENRUNS_DATA_DIR", "data")
 
@@ -245,6 +250,13 @@ class ServerSettings:
         metavar="N",
         help="metric points of an upload parsed and written at a time (within its one "
         "transaction): the upload's memory follows this, not its size",
+    )
+    parse_workers: int = setting(
+        default_factory=_default_parse_workers,
+        metavar="N",
+        help="processes that parse metrics uploads (of 256 KiB to 32 MiB decoded) while the "
+        "server writes the one before; 0: the server parses them itself",
+        default_text="the cores less one, at most 4",
     )
     max_record_bytes: int = setting(
         64 * MiB,

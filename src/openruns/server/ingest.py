@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ from .body import (
 )
 from .config import ServerSettings
 from .errors import bad_request
-from .metric_rows import MAX_KEY_CHARS, metric_batches
+from .metric_rows import MAX_KEY_CHARS, Batch, metric_batches
 from .segments import Segment, blob_key_for, build_segment, check_batch
 from .state import ServerState
 from .store.receipts import get_receipt
@@ -64,18 +65,23 @@ __all__ = [
 async def upload_metrics(
     state: ServerState, request: Request, run: RunRow, key: str | None
 ) -> dict[str, Any]:
-    """A metrics upload, streamed: its body is decoded, parsed and written a chunk of
-    `metric_chunk_points` points at a time, all in the one transaction that stores its
-    receipt (store.ingest_metrics), so peak memory follows the chunk, not the upload."""
+    """A metrics upload: parsed by a worker process when its size suits one (parse_workers.py),
+    else streamed: decoded, parsed and written a chunk of `metric_chunk_points` points at a
+    time, all in the one transaction that stores its receipt (store.ingest_metrics), so peak
+    memory follows the chunk, not the upload."""
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
     async with state.gate.admit(ingest_owner(request)) as ticket:
         upload = await receive(state, request, run, "metrics", key, ticket, decoded=False)
         if upload.prior is not None:
             return upload.prior
-        chunks = metric_batches(
-            stream_objects(decoded_pieces(upload.data, upload.encoding)),
-            state.settings.metric_chunk_points,
-        )
+        chunks: Iterable[tuple[int, Batch]] | None = None
+        if state.parsers.takes(upload.size):
+            chunks = await state.parsers.parse(upload.data, upload.encoding)
+        if chunks is None:
+            chunks = metric_batches(
+                stream_objects(decoded_pieces(upload.data, upload.encoding)),
+                state.settings.metric_chunk_points,
+            )
         return await state.store.ingest_metrics(run["seq"], upload.key, chunks, upload.digest)
 
 
@@ -149,14 +155,15 @@ async def _commit(
 @dataclass
 class Upload:
     """A received NDJSON upload: its body (empty for a replay; decoded unless it was received
-    with `decoded=False`: then as sent, in `encoding`), its key, the SHA-256 of the decoded
-    body, and the earlier receipt of that key, if it is a replay."""
+    with `decoded=False`: then as sent, in `encoding`), its key, the SHA-256 and the size of
+    the decoded body, and the earlier receipt of that key, if it is a replay."""
 
     data: bytes
     key: str
     digest: str
     prior: dict[str, Any] | None
     encoding: str | None = None
+    size: int = 0
 
 
 def decode_limits(settings: ServerSettings) -> DecodeLimits:
@@ -191,9 +198,9 @@ async def receive(
         return Upload(b"", key, measured.digest, prior)
     ticket.hold(measured.size)
     if not decoded:
-        return Upload(body, key, measured.digest, None, encoding)
+        return Upload(body, key, measured.digest, None, encoding, measured.size)
     data = await run_in_threadpool(decode, body, encoding, measured.size)
-    return Upload(data, key, measured.digest, None)
+    return Upload(data, key, measured.digest, None, None, measured.size)
 
 
 def _sha256(data: bytes) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 from .errors import bad_request
 from .store.metrics import MAX_STEP, MetricColumns, MetricPoints
 
-__all__ = ["COLUMN_ROWS", "MAX_KEY_CHARS", "metric_batches"]
+__all__ = ["COLUMN_ROWS", "MAX_KEY_CHARS", "Batch", "metric_batches"]
 
 MAX_KEY_CHARS = 512
 # Rows sharing their names from which they are written as columns: below it, the arrays cost
@@ -43,7 +43,7 @@ def metric_batches(objects: Iterable[Row], chunk_points: int) -> Iterator[tuple[
     batches = _Batches()
     bound = max(1, chunk_points)
     for line in objects:
-        names = _names_of(line[1])
+        names = _names_of(line[1], batches.names)
         if names is None or names != batches.names:
             yield from batches.settle()
             batches.names = names
@@ -92,9 +92,10 @@ class _Batches:
             self.points, self.loose = MetricPoints(), 0
 
 
-def _names_of(row: dict[str, Any]) -> tuple[str, ...] | None:
+def _names_of(row: dict[str, Any], known: tuple[str, ...] | None) -> tuple[str, ...] | None:
     """The row's metric names when it can go into columns: a valid step and time, and
-    `values` a non-empty object of valid names; else None (parsed on its own)."""
+    `values` a non-empty object of valid names; else None (parsed on its own). Names equal to
+    `known` (the last row's, checked then) are not checked again."""
     step = row.get("step")
     if type(step) is not int or not 0 <= step <= MAX_STEP:
         return None
@@ -105,6 +106,8 @@ def _names_of(row: dict[str, Any]) -> tuple[str, ...] | None:
     if type(values) is not dict or not values:
         return None
     names = tuple(values)
+    if names == known:
+        return known
     for name in names:
         if not name or len(name) > MAX_KEY_CHARS:
             return None

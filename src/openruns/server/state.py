@@ -15,6 +15,7 @@ from starlette.requests import Request
 from .admission import IngestGate
 from .config import ServerConfigError, ServerSettings
 from .limits import SIGN_IN_BURST, SIGN_IN_RATE, RateLimiter
+from .parse_workers import ParseWorkers
 from .store import BlobStore, Store, open_blobs
 from .store.db import describe_url
 
@@ -29,6 +30,7 @@ class ServerState:
     blobs: BlobStore
     limiter: RateLimiter
     gate: IngestGate
+    parsers: ParseWorkers
     sign_in_limiter: RateLimiter = field(
         default_factory=lambda: RateLimiter(
             SIGN_IN_RATE, SIGN_IN_BURST, what="sign-in attempts from this address"
@@ -54,9 +56,11 @@ class ServerState:
                 idle_after=settings.body_idle_timeout / 4,
                 queue_wait=settings.ingest_queue_wait,
             ),
+            parsers=ParseWorkers(settings.parse_workers, settings.metric_chunk_points),
         )
 
     def close(self) -> None:
+        self.parsers.close()
         self.store.close()
 
     def run_url(self, run_id: str) -> str:

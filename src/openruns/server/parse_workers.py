@@ -1,0 +1,145 @@
+"""
+Metrics uploads parsed on other cores, while this process writes.
+
+One run's uploads are written one at a time (the run's lock; SQLite has one writer anyway), and
+parsing an upload (decoding it, its JSON, its columns: some 40 % of the server's time for dense
+rows, measured) took the writer's core as well. Worker processes parse uploads into their
+batches (`metric_rows.metric_batches`, the same code) while this process writes the one before,
+so the parse runs on another core.
+
+Which uploads go to a worker: those that decode to MIN_BYTES..MAX_BYTES. Below, the trip costs
+more than the parse; above, the upload streams through this process a chunk at a time as
+before, so its memory follows the chunk, not its size. A worker's batches are held whole until
+they are written, which columns make cheap (8 bytes a value) but loose rows do not (~250 bytes a
+point as Python objects): past MAX_LOOSE_POINTS a worker gives up and the upload streams here.
+A bad line is refused as it would be here (the same 400, nothing stored), and a worker that dies
+costs nothing but the trip: the upload is parsed here, and the next one starts a new pool.
+
+The pool starts with the first upload it takes, so a server that never gets one never starts a
+process. Workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process group: stopping is
+the server's to do), and exit when the server closes the pool, or when it is gone (SIGKILL):
+a thread of each watches its parent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import NamedTuple
+
+from .body import decoded_pieces, stream_objects
+from .errors import ApiError
+from .metric_rows import Batch, metric_batches
+from .store.metrics import MetricPoints
+
+__all__ = ["MAX_BYTES", "MAX_LOOSE_POINTS", "MIN_BYTES", "ParseWorkers"]
+
+MiB = 1024 * 1024
+MIN_BYTES = 256 * 1024
+MAX_BYTES = 32 * MiB
+MAX_LOOSE_POINTS = 100_000
+_PARENT_CHECK_S = 1.0
+
+Parsed = list[tuple[int, Batch]]
+
+
+class _Refusal(NamedTuple):
+    """An ApiError as it crosses back from a worker (its own pickling loses its fields)."""
+
+    status: int
+    code: str
+    message: str
+    headers: dict[str, str] | None
+
+
+class ParseWorkers:
+    """A pool of `workers` processes (0: none, every upload parses in this process), started
+    on first use; `close` ends it."""
+
+    def __init__(self, workers: int, chunk_points: int) -> None:
+        self.workers = workers
+        self.chunk_points = chunk_points
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def takes(self, size: int) -> bool:
+        """Whether an upload that decodes to `size` bytes goes to a worker."""
+        return self.workers > 0 and MIN_BYTES <= size <= MAX_BYTES
+
+    async def parse(self, body: bytes, encoding: str | None) -> Parsed | None:
+        """The batches of an upload (its body as sent, in `encoding`), parsed by a worker; None
+        when it is for this process to parse (too many loose points, or the worker died). A bad
+        body raises the ApiError this process would raise."""
+        pool = self._started()
+        loop = asyncio.get_running_loop()
+        try:
+            outcome = await loop.run_in_executor(pool, _parse, body, encoding, self.chunk_points)
+        except BrokenProcessPool:
+            self._drop(pool)
+            return None
+        if isinstance(outcome, _Refusal):
+            raise ApiError(outcome.status, outcome.code, outcome.message, outcome.headers)
+        return outcome
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _started(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    self.workers,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_worker_started,
+                    initargs=(os.getpid(),),
+                )
+            return self._pool
+
+    def _drop(self, pool: ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+# -- in the worker -------------------------------------------------------------------------------
+
+
+def _worker_started(parent: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+
+
+def _exit_with(parent: int) -> None:
+    """Exit when the parent is gone: its pipe to us stays open (we hold both ends of our
+    queue), so nothing else would tell a worker blocked on it."""
+    while os.getppid() == parent:
+        time.sleep(_PARENT_CHECK_S)
+    os._exit(0)
+
+
+def _parse(body: bytes, encoding: str | None, chunk_points: int) -> Parsed | _Refusal | None:
+    batches: Parsed = []
+    loose = 0
+    try:
+        for rows, batch in metric_batches(
+            stream_objects(decoded_pieces(body, encoding)), chunk_points
+        ):
+            if isinstance(batch, MetricPoints):
+                loose += len(batch) + len(batch.by_time)
+                if loose > MAX_LOOSE_POINTS:
+                    return None
+            batches.append((rows, batch))
+    except ApiError as exc:
+        headers = dict(exc.headers) if exc.headers else None
+        return _Refusal(exc.status_code, exc.code, exc.message, headers)
+    return batches

@@ -1,0 +1,137 @@
+"""Metrics uploads parsed by worker processes (server/parse_workers.py): what a worker parses is
+stored exactly as what the server parses itself, a bad line is refused the same way, and a
+worker's end (killed, or its server killed) loses nothing and leaves no process behind."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
+
+import orjson
+import psutil
+
+from openruns.server.parse_workers import MAX_LOOSE_POINTS, MIN_BYTES
+
+from .. import patience
+from .helpers import ServerProcess, api, create_run, error_of, upload
+
+
+def _rows(steps: int) -> bytes:
+    """Dense rows of 12 keys (columns), a step written twice (the later row wins), rows of
+    other names between them (loose points) and rows keyed by time: over MIN_BYTES decoded."""
+    out = []
+    names = [f"train/metric_{k}" for k in range(12)]
+    for step in range(steps):
+        out.append({"step": step, "ts": 1.0e9 + step, "values": {n: step / 7 for n in names}})
+        if step % 500 == 499:
+            out.append({"step": step - 10, "values": {names[0]: -1.0, "rare": 1}})
+            out.append({"step": None, "ts": 2.0e9 + step, "values": {"lag": float(step)}})
+    data = b"".join(orjson.dumps(row) + b"\n" for row in out)
+    assert len(data) > MIN_BYTES
+    return data
+
+
+def _stored(http, rid: str) -> dict:
+    keys = http.get(f"/runs/{rid}/metrics/keys").json()
+    full = http.get(f"/runs/{rid}/metrics", params={"max_points": 0}).json()
+    coarse = http.get(f"/runs/{rid}/metrics", params={"max_points": 30}).json()
+    return {"keys": keys, "full": full, "coarse": coarse}
+
+
+def _workers() -> list[multiprocessing.Process]:
+    return multiprocessing.active_children()
+
+
+def _until(predicate, what: str) -> None:
+    deadline = time.monotonic() + patience.SETTLE
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_worker_stores_what_the_server_parses_itself(make_server):
+    data = _rows(3000)
+    stored = []
+    for workers in (1, 0):
+        server = make_server(parse_workers=workers)
+        with api(server.url) as http:
+            rid = create_run(http, id="run-parsed")["id"]
+            receipt = upload(http, rid, "metrics", data)
+            assert receipt.status_code == 200, receipt.text
+            assert receipt.json()["rows"] == 3000 + 2 * 6
+            if workers:
+                assert _workers(), "the upload did not go to a worker"
+            stored.append(_stored(http, rid))
+            # A replay answers the first receipt and writes nothing.
+            assert upload(http, rid, "metrics", data).json() == receipt.json()
+        server.stop()
+        _until(lambda: not _workers(), "the worker outlived its server")
+    assert stored[0] == stored[1]
+    first = stored[0]["full"]["series"]["train/metric_0"]
+    assert first["value"][489] == -1.0 and first["value"][490] == 490 / 7
+    counts = {k["key"]: k["count"] for k in stored[0]["keys"]}
+    assert counts["lag"] == 6 and counts["rare"] == 6 and counts["train/metric_0"] == 3000
+
+
+def test_a_bad_line_in_a_worker_parsed_upload_stores_nothing(make_server):
+    with api(make_server(parse_workers=1).url) as http:
+        rid = create_run(http)["id"]
+        good = _rows(2000)
+        lines = good.split(b"\n")
+        lines[1500] = b'{"step": 1500, "values": {"loss": "high"}}'
+        status, code, message = error_of(upload(http, rid, "metrics", b"\n".join(lines)))
+        assert (status, code) == (400, "invalid_metrics") and message.startswith("line 1501:")
+        assert _workers(), "the upload did not go to a worker"
+        assert http.get(f"/runs/{rid}/metrics/keys").json() == []
+        assert upload(http, rid, "metrics", good).status_code == 200
+
+
+def test_loose_points_past_a_workers_bound_are_parsed_by_the_server(make_server):
+    """Rows that never share their names come back as points, which cost memory: past
+    MAX_LOOSE_POINTS the worker gives them up and the server streams the upload itself."""
+    rows = MAX_LOOSE_POINTS + 1000
+    data = b"".join(
+        b'{"step": %d, "values": {"k%d": %d}}\n' % (step, step % 2, step) for step in range(rows)
+    )
+    with api(make_server(parse_workers=1).url) as http:
+        rid = create_run(http)["id"]
+        receipt = upload(http, rid, "metrics", data)
+        assert receipt.status_code == 200, receipt.text
+        assert _workers(), "the upload did not go to a worker"
+        keys = {k["key"]: k["count"] for k in http.get(f"/runs/{rid}/metrics/keys").json()}
+        assert keys == {"k0": rows // 2, "k1": rows // 2}
+        odd = http.get(f"/runs/{rid}/metrics", params={"keys": "k1", "max_points": 0}).json()
+        assert odd["series"]["k1"]["step"][-1] == rows - 1
+
+
+def test_a_killed_worker_costs_only_its_trip(make_server):
+    with api(make_server(parse_workers=1).url) as http:
+        rid = create_run(http)["id"]
+        assert upload(http, rid, "metrics", _rows(1000)).status_code == 200
+        (worker,) = _workers()
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(patience.EXIT)
+        for steps in (1001, 1002):  # parsed here, then by a new worker
+            assert upload(http, rid, "metrics", _rows(steps)).status_code == 200
+        assert any(w.pid != worker.pid for w in _workers()), "no new worker was started"
+        keys = {k["key"]: k["count"] for k in http.get(f"/runs/{rid}/metrics/keys").json()}
+        assert keys["train/metric_5"] == 1002
+
+
+def test_a_killed_server_leaves_no_worker(tmp_path: Path):
+    server = ServerProcess(tmp_path / "data", "--parse-workers", "1").start()
+    try:
+        with api(server.url) as http:
+            rid = create_run(http)["id"]
+            assert upload(http, rid, "metrics", _rows(1000)).status_code == 200
+        assert server.proc is not None
+        children = psutil.Process(server.proc.pid).children(recursive=True)
+        assert children, "the upload did not go to a worker"
+        server.kill()
+        _, alive = psutil.wait_procs(children, timeout=patience.EXIT)
+        assert not alive, f"left behind: {[p.cmdline() for p in alive]}"
+    finally:
+        server.stop()
