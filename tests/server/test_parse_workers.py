@@ -45,6 +45,24 @@ def _workers() -> list[multiprocessing.Process]:
     return multiprocessing.active_children()
 
 
+def _warm(handle, http) -> list[int]:
+    """Start the server's parse workers (an upload of their size, parsed in the server while
+    they start), wait until they are up; the sizes of the uploads they parse from then on."""
+    parsers = handle.server.config.app.state.server.parsers
+    rid = create_run(http)["id"]
+    assert upload(http, rid, "metrics", _rows(600)).status_code == 200
+    _until(parsers.ready, "the parse workers did not start")
+    parsed: list[int] = []
+    parse = parsers.parse
+
+    async def counted(body: bytes, encoding: str | None):
+        parsed.append(len(body))
+        return await parse(body, encoding)
+
+    parsers.parse = counted
+    return parsed
+
+
 def _until(predicate, what: str) -> None:
     deadline = time.monotonic() + patience.SETTLE
     while not predicate():
@@ -58,12 +76,12 @@ def test_a_worker_stores_what_the_server_parses_itself(make_server):
     for workers in (1, 0):
         server = make_server(parse_workers=workers)
         with api(server.url) as http:
+            parsed = _warm(server, http) if workers else []
             rid = create_run(http, id="run-parsed")["id"]
             receipt = upload(http, rid, "metrics", data)
             assert receipt.status_code == 200, receipt.text
             assert receipt.json()["rows"] == 3000 + 2 * 6
-            if workers:
-                assert _workers(), "the upload did not go to a worker"
+            assert len(parsed) == workers, "the upload did not go to a worker"
             stored.append(_stored(http, rid))
             # A replay answers the first receipt and writes nothing.
             assert upload(http, rid, "metrics", data).json() == receipt.json()
@@ -77,14 +95,16 @@ def test_a_worker_stores_what_the_server_parses_itself(make_server):
 
 
 def test_a_bad_line_in_a_worker_parsed_upload_stores_nothing(make_server):
-    with api(make_server(parse_workers=1).url) as http:
+    server = make_server(parse_workers=1)
+    with api(server.url) as http:
+        parsed = _warm(server, http)
         rid = create_run(http)["id"]
         good = _rows(2000)
         lines = good.split(b"\n")
         lines[1500] = b'{"step": 1500, "values": {"loss": "high"}}'
         status, code, message = error_of(upload(http, rid, "metrics", b"\n".join(lines)))
         assert (status, code) == (400, "invalid_metrics") and message.startswith("line 1501:")
-        assert _workers(), "the upload did not go to a worker"
+        assert parsed, "the upload did not go to a worker"
         assert http.get(f"/runs/{rid}/metrics/keys").json() == []
         assert upload(http, rid, "metrics", good).status_code == 200
 
@@ -96,11 +116,13 @@ def test_loose_points_past_a_workers_bound_are_parsed_by_the_server(make_server)
     data = b"".join(
         b'{"step": %d, "values": {"k%d": %d}}\n' % (step, step % 2, step) for step in range(rows)
     )
-    with api(make_server(parse_workers=1).url) as http:
+    server = make_server(parse_workers=1)
+    with api(server.url) as http:
+        parsed = _warm(server, http)
         rid = create_run(http)["id"]
         receipt = upload(http, rid, "metrics", data)
         assert receipt.status_code == 200, receipt.text
-        assert _workers(), "the upload did not go to a worker"
+        assert parsed, "the upload did not go to a worker"
         keys = {k["key"]: k["count"] for k in http.get(f"/runs/{rid}/metrics/keys").json()}
         assert keys == {"k0": rows // 2, "k1": rows // 2}
         odd = http.get(f"/runs/{rid}/metrics", params={"keys": "k1", "max_points": 0}).json()
@@ -108,14 +130,17 @@ def test_loose_points_past_a_workers_bound_are_parsed_by_the_server(make_server)
 
 
 def test_a_killed_worker_costs_only_its_trip(make_server):
-    with api(make_server(parse_workers=1).url) as http:
-        rid = create_run(http)["id"]
-        assert upload(http, rid, "metrics", _rows(1000)).status_code == 200
+    server = make_server(parse_workers=1)
+    with api(server.url) as http:
+        parsed = _warm(server, http)
         (worker,) = _workers()
         os.kill(worker.pid, signal.SIGKILL)
         worker.join(patience.EXIT)
-        for steps in (1001, 1002):  # parsed here, then by a new worker
-            assert upload(http, rid, "metrics", _rows(steps)).status_code == 200
+        rid = create_run(http)["id"]
+        # Sent to the dead worker, then parsed here; the next starts a new pool.
+        assert upload(http, rid, "metrics", _rows(1001)).status_code == 200
+        assert len(parsed) == 1
+        assert upload(http, rid, "metrics", _rows(1002)).status_code == 200
         assert any(w.pid != worker.pid for w in _workers()), "no new worker was started"
         keys = {k["key"]: k["count"] for k in http.get(f"/runs/{rid}/metrics/keys").json()}
         assert keys["train/metric_5"] == 1002

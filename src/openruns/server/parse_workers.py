@@ -15,21 +15,23 @@ point as Python objects): past MAX_LOOSE_POINTS a worker gives up and the upload
 A bad line is refused as it would be here (the same 400, nothing stored), and a worker that dies
 costs nothing but the trip: the upload is parsed here, and the next one starts a new pool.
 
-The pool starts with the first upload it takes, so a server that never gets one never starts a
-process. Workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process group: stopping is
-the server's to do), and exit when the server closes the pool, or when it is gone (SIGKILL):
-a thread of each watches its parent.
+The pool starts with the first upload that would go to it, so a server that never gets one
+never starts a process; until its workers are up (their imports take a second or two) uploads
+are parsed here, so none waits for them. Workers ignore SIGINT (a terminal's Ctrl-C reaches the
+whole process group: stopping is the server's to do), and exit when the server closes the pool,
+or when it is gone (SIGKILL): a thread of each watches its parent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import os
 import signal
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import NamedTuple
 
@@ -39,6 +41,8 @@ from .metric_rows import Batch, metric_batches
 from .store.metrics import MetricPoints
 
 __all__ = ["MAX_BYTES", "MAX_LOOSE_POINTS", "MIN_BYTES", "ParseWorkers"]
+
+logger = logging.getLogger("openruns.server")
 
 MiB = 1024 * 1024
 MIN_BYTES = 256 * 1024
@@ -66,17 +70,50 @@ class ParseWorkers:
         self.workers = workers
         self.chunk_points = chunk_points
         self._pool: ProcessPoolExecutor | None = None
+        self._starting: list[Future[None]] = []
+        self._said = False
+        self._closed = False
         self._lock = threading.Lock()
 
     def takes(self, size: int) -> bool:
-        """Whether an upload that decodes to `size` bytes goes to a worker."""
-        return self.workers > 0 and MIN_BYTES <= size <= MAX_BYTES
+        """Whether an upload that decodes to `size` bytes goes to a worker: one of its size
+        starts the pool if there is none, and goes once the workers are up."""
+        if not (self.workers > 0 and MIN_BYTES <= size <= MAX_BYTES):
+            return False
+        with self._lock:
+            if self._closed:
+                return False
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    self.workers,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_worker_started,
+                    initargs=(os.getpid(),),
+                )
+                # A pool spawns a worker for a task when none is idle: one task each.
+                self._starting = [self._pool.submit(_up) for _ in range(self.workers)]
+            return self.ready()
+
+    def ready(self) -> bool:
+        """Whether the pool's workers are up. A pool whose workers could not start is left
+        alone, said once in the log: its uploads are parsed here."""
+        if not all(f.done() for f in self._starting):
+            return False
+        failed = [f.exception() for f in self._starting if f.exception() is not None]
+        if failed and not self._said:
+            self._said = True
+            logger.warning(
+                "parse workers could not start (%s); uploads are parsed in the server", failed[0]
+            )
+        return bool(self._starting) and not failed
 
     async def parse(self, body: bytes, encoding: str | None) -> Parsed | None:
         """The batches of an upload (its body as sent, in `encoding`), parsed by a worker; None
         when it is for this process to parse (too many loose points, or the worker died). A bad
-        body raises the ApiError this process would raise."""
-        pool = self._started()
+        body raises the ApiError this process would raise. Call it once `takes` said so."""
+        pool = self._pool
+        if pool is None:  # closed, or dropped by a concurrent upload whose worker died
+            return None
         loop = asyncio.get_running_loop()
         try:
             outcome = await loop.run_in_executor(pool, _parse, body, encoding, self.chunk_points)
@@ -89,20 +126,9 @@ class ParseWorkers:
 
     def close(self) -> None:
         with self._lock:
-            pool, self._pool = self._pool, None
+            pool, self._pool, self._closed = self._pool, None, True
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-
-    def _started(self) -> ProcessPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    self.workers,
-                    mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_worker_started,
-                    initargs=(os.getpid(),),
-                )
-            return self._pool
 
     def _drop(self, pool: ProcessPoolExecutor) -> None:
         with self._lock:
@@ -117,6 +143,10 @@ class ParseWorkers:
 def _worker_started(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+
+
+def _up() -> None:
+    """The task that starts a worker (its initializer and imports run first)."""
 
 
 def _exit_with(parent: int) -> None:
