@@ -68,7 +68,9 @@ def test_the_run_page_shows_its_wandb_side_and_draws_against_the_step_metric(pag
     assert axes(page, "env/reward")["x"]["title"] == "env/step"  # the title drawn under it
     loss = page.locator('figure.chart[data-key="loss"]')
     expect(loss).to_have_attribute("data-x", "step")
-    loss.locator("select.x-key").select_option("env/step")  # any metric as the x axis
+    menu = loss.locator("select.x-key")
+    menu.focus()  # as a click or Tab does: the menu lists the keys when it is focused
+    menu.select_option("env/step")  # any metric as the x axis
     expect(loss).to_have_attribute("data-x", "env/step")
     assert axes(page, "loss")["x"]["title"] == "env/step"
     page.click("#tab-logs")

@@ -130,6 +130,13 @@ def test_a_grid_of_many_charts_draws_those_in_view_and_more_on_scroll(browser, w
         expect(charts.last).to_have_attribute("data-drawn", "true")
         assert drawn.count() > first
         assert lines(page, last, "value")[0]["y"] == [MANY - 1.0, float(MANY), MANY + 1.0]
+        # Each x menu lists the keys when it is focused, not before (MANY menus of MANY
+        # options each would be MANY² elements).
+        menus = page.locator("select.x-key")
+        assert page.locator("select.x-key option").count() == menus.count() == MANY
+        menus.last.focus()
+        expect(menus.last.locator("option")).to_have_count(MANY)  # the axis, every other key
+        assert page.locator("select.x-key option").count() == 2 * MANY - 1
 
 
 NOISY = "train/noisy"  # 2,000 steps: bucketed at any chart's width, so it has min/max bands
