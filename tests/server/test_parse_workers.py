@@ -4,7 +4,6 @@ worker's end (killed, or its server killed) loses nothing and leaves no process 
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 import orjson
 import psutil
 
-from openruns.server.parse_workers import MAX_LOOSE_POINTS, MIN_BYTES
+from openruns.server.parse_workers import MAX_LOOSE_POINTS, MIN_BYTES, ParseWorkers
 
 from .. import patience
 from .helpers import ServerProcess, api, create_run, error_of, upload
@@ -41,14 +40,25 @@ def _stored(http, rid: str) -> dict:
     return {"keys": keys, "full": full, "coarse": coarse}
 
 
-def _workers() -> list[multiprocessing.Process]:
-    return multiprocessing.active_children()
+def _parsers(handle) -> ParseWorkers:
+    return handle.server.config.app.state.server.parsers
+
+
+def _gone(pids: list[int]) -> bool:
+    """Whether none of `pids` runs (a zombie has exited; its parent reaps it when it can)."""
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            continue
+    return True
 
 
 def _warm(handle, http) -> list[int]:
     """Start the server's parse workers (an upload of their size, parsed in the server while
     they start), wait until they are up; the sizes of the uploads they parse from then on."""
-    parsers = handle.server.config.app.state.server.parsers
+    parsers = _parsers(handle)
     rid = create_run(http)["id"]
     assert upload(http, rid, "metrics", _rows(600)).status_code == 200
     _until(parsers.ready, "the parse workers did not start")
@@ -77,6 +87,8 @@ def test_a_worker_stores_what_the_server_parses_itself(make_server):
         server = make_server(parse_workers=workers)
         with api(server.url) as http:
             parsed = _warm(server, http) if workers else []
+            pids = _parsers(server).pids()
+            assert len(pids) == workers
             rid = create_run(http, id="run-parsed")["id"]
             receipt = upload(http, rid, "metrics", data)
             assert receipt.status_code == 200, receipt.text
@@ -86,7 +98,7 @@ def test_a_worker_stores_what_the_server_parses_itself(make_server):
             # A replay answers the first receipt and writes nothing.
             assert upload(http, rid, "metrics", data).json() == receipt.json()
         server.stop()
-        _until(lambda: not _workers(), "the worker outlived its server")
+        _until(lambda pids=pids: _gone(pids), "the worker outlived its server")
     assert stored[0] == stored[1]
     first = stored[0]["full"]["series"]["train/metric_0"]
     assert first["value"][489] == -1.0 and first["value"][490] == 490 / 7
@@ -133,15 +145,16 @@ def test_a_killed_worker_costs_only_its_trip(make_server):
     server = make_server(parse_workers=1)
     with api(server.url) as http:
         parsed = _warm(server, http)
-        (worker,) = _workers()
-        os.kill(worker.pid, signal.SIGKILL)
-        worker.join(patience.EXIT)
+        (worker,) = _parsers(server).pids()
+        os.kill(worker, signal.SIGKILL)
+        _until(lambda: _gone([worker]), "the killed worker did not exit")
         rid = create_run(http)["id"]
         # Sent to the dead worker, then parsed here; the next starts a new pool.
         assert upload(http, rid, "metrics", _rows(1001)).status_code == 200
         assert len(parsed) == 1
         assert upload(http, rid, "metrics", _rows(1002)).status_code == 200
-        assert any(w.pid != worker.pid for w in _workers()), "no new worker was started"
+        (new,) = _parsers(server).pids()
+        assert new != worker, "no new worker was started"
         keys = {k["key"]: k["count"] for k in http.get(f"/runs/{rid}/metrics/keys").json()}
         assert keys["train/metric_5"] == 1002
 

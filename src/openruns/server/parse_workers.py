@@ -107,6 +107,11 @@ class ParseWorkers:
             )
         return bool(self._starting) and not failed
 
+    def pids(self) -> list[int]:
+        """The process ids of the pool's workers (none before it starts)."""
+        pool = self._pool
+        return list(getattr(pool, "_processes", None) or ()) if pool is not None else []
+
     async def parse(self, body: bytes, encoding: str | None) -> Parsed | None:
         """The batches of an upload (its body as sent, in `encoding`), parsed by a worker; None
         when it is for this process to parse (too many loose points, or the worker died). A bad

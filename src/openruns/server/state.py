@@ -30,7 +30,8 @@ class ServerState:
     blobs: BlobStore
     limiter: RateLimiter
     gate: IngestGate
-    parsers: ParseWorkers
+    # None of its own: every metrics upload is parsed in the server (`open` gives it its pool).
+    parsers: ParseWorkers = field(default_factory=lambda: ParseWorkers(0, 0))
     sign_in_limiter: RateLimiter = field(
         default_factory=lambda: RateLimiter(
             SIGN_IN_RATE, SIGN_IN_BURST, what="sign-in attempts from this address"
