@@ -163,16 +163,21 @@ def held_ids(conn: Connection, run_seq: int, stream: str, ids: list[str]) -> set
 def _held_subsets(
     conn: Connection, run_seq: int, stream: str, ids: list[str]
 ) -> dict[str, str | None]:
-    """{id: the subset it is indexed with} for those of `ids` the run's stream holds."""
+    """{id: the subset it is indexed with} for those of `ids` the run's stream holds.
+
+    The stream is matched here, not in SQL: with `stream = ?` in the query, SQLite (no ANALYZE
+    statistics) took an index on (run_seq, stream, ...) and read every record of the run's
+    stream for each chunk of ids, so each upload into a run cost in proportion to the run:
+    340 ms a chunk at 1.76M episodes (docs/benchmarks.md, "Ten million episodes"). By
+    (run_seq, episode_id) it is a probe per id."""
     ids = list(dict.fromkeys(ids))
     held: dict[str, str | None] = {}
     for i in range(0, len(ids), _IN_CHUNK):
-        query = select(_e.c.episode_id, _e.c.subset).where(
+        query = select(_e.c.episode_id, _e.c.subset, _e.c.stream).where(
             _e.c.run_seq == run_seq,
-            _e.c.stream == stream,
             _e.c.episode_id.in_(ids[i : i + _IN_CHUNK]),
         )
-        held.update((episode_id, subset) for episode_id, subset in conn.execute(query))
+        held.update((e, subset) for e, subset, of in conn.execute(query) if of == stream)
     return held
 
 
