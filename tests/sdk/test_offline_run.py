@@ -143,13 +143,13 @@ def test_on_error_raise_reraises_at_flush(tmp_path):
     assert run_json(run.dir)["status"] == "completed"
 
 
-def _stall(run, gate=None):
-    """Keep the encoder threads from taking anything until `gate` is set (never, if None)."""
+def _stall(run, gate: threading.Event):
+    """Keep the encoder threads from taking anything until `gate` is set: they wait on it (a
+    take that answered nothing would be asked again at once, and its thread would spin, a core
+    busy for the rest of the test process, if the gate is never set)."""
     for lane in run._pipeline._lanes.values():
         original = lane.queue.take_all
-        lane.queue.take_all = lambda original=original: (
-            original() if gate is not None and gate.is_set() else []
-        )
+        lane.queue.take_all = lambda original=original: (gate.wait(), original())[1]
 
 
 def test_a_full_queue_drops_counts_and_warns_once_per_burst(tmp_path, caplog):
@@ -177,12 +177,16 @@ def test_a_full_queue_drops_counts_and_warns_once_per_burst(tmp_path, caplog):
 
 def test_finish_deadline_counts_what_was_not_written(tmp_path):
     run = openruns.init(mode="offline", dir=tmp_path)
-    _stall(run)  # a stuck upload
-    run.log_episodes([_episode(i) for i in range(3)])
-    run.log_metrics({"x": 1})
-    run.finish(timeout=0.3)
-    assert run.dropped_records == 4
-    assert run_json(run.dir)["losses"]["dropped_records"] == 4
+    gate = threading.Event()
+    _stall(run, gate)  # a stuck upload
+    try:
+        run.log_episodes([_episode(i) for i in range(3)])
+        run.log_metrics({"x": 1})
+        run.finish(timeout=0.3)
+        assert run.dropped_records == 4
+        assert run_json(run.dir)["losses"]["dropped_records"] == 4
+    finally:
+        gate.set()  # the stuck threads end
 
 
 def test_disabled_runs_accept_and_discard(tmp_path):
