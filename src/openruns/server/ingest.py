@@ -34,17 +34,10 @@ from starlette.requests import Request
 
 from ..batches import BATCH_CONTENT_TYPE
 from .admission import Ticket, ingest_owner
-from .body import (
-    DecodeLimits,
-    decode,
-    decoded_pieces,
-    read_body,
-    stream_objects,
-    survey,
-)
+from .body import DecodeLimits, decode, read_body, survey
 from .config import ServerSettings
 from .errors import bad_request
-from .metric_rows import MAX_KEY_CHARS, Batch, metric_batches
+from .metric_rows import MAX_KEY_CHARS, Batch, upload_batches
 from .segments import Segment, blob_key_for, build_segment, check_batch
 from .state import ServerState
 from .store.receipts import get_receipt
@@ -78,9 +71,8 @@ async def upload_metrics(
         if state.parsers.takes(upload.size):
             chunks = await state.parsers.parse(upload.data, upload.encoding)
         if chunks is None:
-            chunks = metric_batches(
-                stream_objects(decoded_pieces(upload.data, upload.encoding)),
-                state.settings.metric_chunk_points,
+            chunks = upload_batches(
+                upload.data, upload.encoding, state.settings.metric_chunk_points
             )
         return await state.store.ingest_metrics(run["seq"], upload.key, chunks, upload.digest)
 

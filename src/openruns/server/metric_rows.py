@@ -2,7 +2,7 @@
 The rows of a metrics upload (`{"step", "ts", "values"}` NDJSON, parsed by body.stream_objects)
 checked and gathered into batches for store.ingest_metrics, a chunk at a time.
 
-    for rows, batch in metric_batches(stream_objects(pieces), chunk_points):
+    for rows, batch in upload_batches(body, encoding, chunk_points):
         metrics.write_points(conn, run_seq, batch, touched)     # in order: later rows win
 
 Dense logging sends row after row with the same metric names: from COLUMN_ROWS such rows on,
@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from .body import decoded_pieces, stream_objects
 from .errors import bad_request
 from .store.metrics import MAX_STEP, MetricColumns, MetricPoints
 
-__all__ = ["COLUMN_ROWS", "MAX_KEY_CHARS", "Batch", "metric_batches"]
+__all__ = ["COLUMN_ROWS", "MAX_KEY_CHARS", "Batch", "metric_batches", "upload_batches"]
 
 MAX_KEY_CHARS = 512
 # Rows sharing their names from which they are written as columns: below it, the arrays cost
@@ -31,6 +32,14 @@ COLUMN_ROWS = 64
 
 Batch = MetricPoints | MetricColumns
 Row = tuple[int, dict[str, Any]]
+
+
+def upload_batches(
+    body: bytes, encoding: str | None, chunk_points: int
+) -> Iterator[tuple[int, Batch]]:
+    """metric_batches of an upload as received (`Content-Encoding: encoding`), decoded a piece
+    at a time, once body.survey has found it within its limits."""
+    return metric_batches(stream_objects(decoded_pieces(body, encoding)), chunk_points)
 
 
 def metric_batches(objects: Iterable[Row], chunk_points: int) -> Iterator[tuple[int, Batch]]:

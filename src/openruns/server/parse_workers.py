@@ -35,9 +35,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import NamedTuple
 
-from .body import decoded_pieces, stream_objects
 from .errors import ApiError
-from .metric_rows import Batch, metric_batches
+from .metric_rows import Batch, upload_batches
 from .store.metrics import MetricPoints
 
 __all__ = ["MAX_BYTES", "MAX_LOOSE_POINTS", "MIN_BYTES", "ParseWorkers"]
@@ -166,9 +165,7 @@ def _parse(body: bytes, encoding: str | None, chunk_points: int) -> Parsed | _Re
     batches: Parsed = []
     loose = 0
     try:
-        for rows, batch in metric_batches(
-            stream_objects(decoded_pieces(body, encoding)), chunk_points
-        ):
+        for rows, batch in upload_batches(body, encoding, chunk_points):
             if isinstance(batch, MetricPoints):
                 loose += len(batch) + len(batch.by_time)
                 if loose > MAX_LOOSE_POINTS:
