@@ -120,14 +120,21 @@ def check_downsampled(store, run_seq, name, truth, lo, hi, max_points):
 
 
 def check_blocks(store, run_seq, name, truth):
-    """Every level's block summaries equal the brute-force ones of the points."""
+    """Every level's block summaries equal the brute-force ones of the points: levels 2 and up
+    as stored; level 1 as read (metric_chunks.level_one), and stored only for the blocks of
+    rows, never inside a chunk's range (a chunk's are derived from it)."""
 
     def read(conn):
         key_id = metric_sql.key_ids(conn, run_seq, [name], False)[name]
         b = metric_blocks
         query = select(b.c.level, b.c.block, b.c.count, b.c.min, b.c.max, b.c.last_step,
                        b.c.last_value).where(b.c.key_id == key_id)  # fmt: skip
-        return {(lv, blk): tuple(rest) for lv, blk, *rest in conn.execute(query)}
+        stored = {(lv, blk): tuple(rest) for lv, blk, *rest in conn.execute(query)}
+        ones = metric_chunks.level_one(conn, key_id, 0, max(truth) // BLOCK_SIZES[0] + 1)
+        return stored, ones
+
+    stored, ones = store.db.read_sync(read)
+    chunked = set(layout(store, run_seq, name)[1])
 
     expected = {}
     for level, size in enumerate(BLOCK_SIZES, 1):
@@ -139,7 +146,16 @@ def check_blocks(store, run_seq, name, truth):
                 expected[key] = (n + 1, min(lo, value), max(hi, value), step, value)
             else:
                 expected[key] = (1, value, value, step, value)
-    assert store.db.read_sync(read) == expected
+    above = {key: summary for key, summary in expected.items() if key[0] > 1}
+    assert {key: summary for key, summary in stored.items() if key[0] > 1} == above
+    assert ones == [summary for key, summary in sorted(expected.items()) if key[0] == 1]
+    per_chunk = CHUNK // BLOCK_SIZES[0]
+    of_rows = {
+        key: summary
+        for key, summary in expected.items()
+        if key[0] == 1 and key[1] // per_chunk not in chunked
+    }
+    assert {key: summary for key, summary in stored.items() if key[0] == 1} == of_rows
 
 
 def test_a_dense_upload_lands_in_chunks_and_reads_back_exactly(store):

@@ -19,8 +19,10 @@ little-endian arrays:
   would store a NaN as NULL anyway), or NULL when no point of the chunk has one.
 
 The block summaries (metrics.py) stay right for every point wherever it lives: a chunk write
-computes its levels 1 and 2 here and level 3 is the chunk's own summary (a 16-, 256- or
+computes its level-2 blocks here and level 3 is the chunk's own summary (a 16-, 256- or
 4096-step block lies inside one chunk's range); levels 4 and up are built in SQL from level 3.
+A chunk's level-1 blocks are not stored: `level_one` computes them from the chunk when a read
+asks for them (stored, they were 16 of every 17 block rows a dense upload wrote).
 
 `read` is the one read of a key's points in a step range, rows and chunks merged; every reader
 of points goes through it (or `extent` / `first_timed`).
@@ -53,12 +55,14 @@ __all__ = [
     "Columns",
     "Group",
     "Points",
+    "Summary",
     "decode",
     "dict_of",
     "encode",
     "extent",
     "first_timed",
     "last_per_step",
+    "level_one",
     "points_of",
     "read",
     "write",
@@ -221,8 +225,8 @@ def write(
             (key_id, number, len(values), float(values.min()), float(values.max()),
              int(merged.steps[0]), int(merged.steps[-1]), float(values[-1]), *encode(merged))
         )  # fmt: skip
-        # The level-1 and 2 blocks of the new points, and of the absorbed rows (written as
-        # rows earlier in this upload, their blocks may not be built yet).
+        # The level-2 blocks of the new points, and of the absorbed rows (written as rows
+        # earlier in this upload, their blocks may not be built yet).
         first, last = int(new.steps[0]), int(new.steps[-1])
         if rows:
             first, last = min(first, min(rows)), max(last, max(rows))
@@ -309,6 +313,16 @@ def _absorb(
             gone,
             [{"k": k, "lo": n * CHUNK_STEPS, "hi": (n + 1) * CHUNK_STEPS - 1} for k, n in out],
         )
+        # Their level-1 blocks too: a chunk's are derived from it (level_one), and a stale one
+        # would be summed into a level-2 block rebuilt from the rows' blocks.
+        ratio = CHUNK_STEPS // BLOCK_SIZES[0]
+        stale = delete(metric_blocks).where(
+            metric_blocks.c.key_id == bindparam("k"),
+            metric_blocks.c.level == 1,
+            metric_blocks.c.block >= bindparam("lo"),
+            metric_blocks.c.block <= bindparam("hi"),
+        )
+        conn.execute(stale, [{"k": k, "lo": n * ratio, "hi": (n + 1) * ratio - 1} for k, n in out])
     return out
 
 
@@ -350,30 +364,37 @@ def _nan_times(points: Points) -> np.ndarray:
 def _blocks(
     key_id: int, number: int, points: Points, first: int, last: int
 ) -> list[tuple[Any, ...]]:
-    """Block rows (_BLOCK_COLUMNS) of the level-1 and 2 blocks holding steps `first` to
-    `last`, and of the chunk itself (level CHUNK_LEVEL), from its points."""
+    """Block rows (_BLOCK_COLUMNS) of the level-2 blocks holding steps `first` to `last`, and
+    of the chunk itself (level CHUNK_LEVEL), from its points. A chunk's level-1 blocks are not
+    stored: `level_one` derives them from the chunk when read (they were 16 of every 17 block
+    rows a dense upload wrote, and about half its write time: docs/benchmarks.md)."""
     s2 = BLOCK_SIZES[1]
     lo, hi = np.searchsorted(points.steps, [first // s2 * s2, (last // s2 + 1) * s2])
-    steps, values = points.steps[lo:hi], points.values[lo:hi]
-    rows: list[tuple[Any, ...]] = []
-    for level in (1, 2):
-        ids = steps // BLOCK_SIZES[level - 1]
-        starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
-        ends = np.append(starts[1:], len(ids)) - 1
-        rows.extend(
-            zip(
-                itertools.repeat(key_id), itertools.repeat(level), ids[starts].tolist(),
-                (ends - starts + 1).tolist(), np.minimum.reduceat(values, starts).tolist(),
-                np.maximum.reduceat(values, starts).tolist(), steps[ends].tolist(),
-                values[ends].tolist(), strict=False,
-            )
-        )  # fmt: skip
+    rows: list[tuple[Any, ...]] = [
+        (key_id, 2, *summary)
+        for summary in _summaries(points.steps[lo:hi], points.values[lo:hi], s2)
+    ]
     values = points.values
     rows.append(
         (key_id, CHUNK_LEVEL, number, len(values), float(values.min()), float(values.max()),
          int(points.steps[-1]), float(values[-1]))
     )  # fmt: skip
     return rows
+
+
+def _summaries(steps: np.ndarray, values: np.ndarray, size: int) -> Iterator[tuple[Any, ...]]:
+    """(block, count, min, max, last_step, last_value) of the `size`-step blocks holding these
+    points (steps ascending)."""
+    if not len(steps):
+        return iter(())
+    ids = steps // size
+    starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+    ends = np.append(starts[1:], len(ids)) - 1
+    return zip(
+        ids[starts].tolist(), (ends - starts + 1).tolist(),
+        np.minimum.reduceat(values, starts).tolist(), np.maximum.reduceat(values, starts).tolist(),
+        steps[ends].tolist(), values[ends].tolist(), strict=True,
+    )  # fmt: skip
 
 
 # -- reads ----------------------------------------------------------------------------------
@@ -422,7 +443,49 @@ _ROW_TIMED = select(_p.c.step, _p.c.ts).where(_ROWS_IN, _p.c.ts.is_not(None))
 _ROW_TIMED_UP = _ROW_TIMED.order_by(_p.c.step).limit(1)
 _ROW_TIMED_DOWN = _ROW_TIMED.order_by(_p.c.step.desc()).limit(1)
 
+_CHUNK_VALUES = (
+    select(_c.c.chunk, _c.c.first_step, _c.c.last_step, _c.c.steps, _c.c.vals)
+    .where(_c.c.key_id == bindparam("key_id"), _c.c.chunk.between(bindparam("c0"), bindparam("c1")))
+    .order_by(_c.c.chunk)
+)
+_b = metric_blocks
+_LEVEL_ONE = (
+    select(_b.c.count, _b.c.min, _b.c.max, _b.c.last_step, _b.c.last_value)
+    .where(
+        _b.c.key_id == bindparam("key_id"),
+        _b.c.level == 1,
+        _b.c.block >= bindparam("first"),
+        _b.c.block < bindparam("end"),
+    )
+    .order_by(_b.c.block)
+)
+
 Point = tuple[int, float, float | None]
+Summary = tuple[int, float, float, int, float]  # (count, min, max, last_step, last_value)
+
+
+def level_one(conn: Connection, key_id: int, first: int, end: int) -> list[Summary]:
+    """The summaries of level-1 blocks first..end-1 of a key that have points, in step order:
+    computed from the chunks where the range has chunks, read from the stored blocks of its
+    rows elsewhere (blocks stored inside a chunk's range before chunks' level-1 blocks were
+    derived are passed over: the chunk holds every point of its range)."""
+    size = BLOCK_SIZES[0]
+    lo, hi = first * size, end * size - 1
+    out: list[Summary] = []
+    chunked: set[int] = set()
+    where = {"key_id": key_id, "c0": lo >> CHUNK_SHIFT, "c1": hi >> CHUNK_SHIFT}
+    for number, first_step, last_step, steps, vals in conn.execute(_CHUNK_VALUES, where):
+        chunked.add(number)
+        points = _decode_points(first_step, last_step, steps, vals, None)
+        a, b = np.searchsorted(points.steps, [lo, hi + 1])
+        out.extend(s[1:] for s in _summaries(points.steps[a:b], points.values[a:b], size))
+    where = {"key_id": key_id, "first": first, "end": end}
+    stored: list[Summary] = [tuple(r) for r in conn.execute(_LEVEL_ONE, where)]
+    if not chunked:
+        return stored
+    out.extend(r for r in stored if r[3] >> CHUNK_SHIFT not in chunked)
+    out.sort(key=lambda summary: summary[3])
+    return out
 
 
 def _where(key_id: int, lo: int, hi: int) -> dict[str, int]:

@@ -118,7 +118,7 @@ def is_kind(name: str, kind: str | None) -> bool:
 
 
 # (count, min, max, last_step, last_value): a block, or a single point (count 1).
-Summary = tuple[int, float, float, int, float]
+Summary = metric_chunks.Summary
 
 
 def write_points(
@@ -563,8 +563,12 @@ def _cover(conn: Connection, key_id: int, lo: int, hi: int, level: int) -> list[
     end = (hi + 1) // size  # blocks before this one end at or before hi
     if first >= end:
         return _cover(conn, key_id, lo, hi, level - 1)
-    where = {"key_id": key_id, "level": level, "first": first, "end": end}
-    blocks: list[Summary] = [tuple(row) for row in conn.execute(_BLOCKS, where).all()]
+    blocks: list[Summary]
+    if level == 1:  # a chunk's level-1 blocks are derived from it
+        blocks = metric_chunks.level_one(conn, key_id, first, end)
+    else:
+        where = {"key_id": key_id, "level": level, "first": first, "end": end}
+        blocks = [tuple(row) for row in conn.execute(_BLOCKS, where).all()]
     head = _cover(conn, key_id, lo, first * size - 1, level - 1) if lo < first * size else []
     tail = _cover(conn, key_id, end * size, hi, level - 1) if end * size <= hi else []
     return head + blocks + tail

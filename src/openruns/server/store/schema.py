@@ -11,7 +11,8 @@ create it; a change here needs a new numbered migration.
   points (migration 0015), so a run's keys sort by what was logged last without an aggregate.
 - metric_blocks: per key, the count/min/max/last of every aligned block of BLOCK_SIZES[level]
   steps, rebuilt for the blocks each upload touches; a downsampled read of a long series reads
-  these instead of every point.
+  these instead of every point. Inside a chunk's range level 1 is not stored: it is computed
+  from the chunk when read (metric_chunks.level_one).
 - metric_chunks (migration 0019): dense series, per (metric key, 4096 aligned steps) one row
   of packed columns (steps, values, times) with its summary; each (key, step) lives either in
   a metric_points row or in a chunk, never both (store/metric_chunks.py).
