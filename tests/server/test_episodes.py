@@ -76,6 +76,43 @@ def test_steps_sorting_filters_and_pages(client):
     assert row["tokens"] == 10 + int(row["id"].rsplit("-", 1)[1])
 
 
+def test_run_wide_pages_put_ties_in_arrival_order_and_nulls_last(client):
+    """Pages of 3 over a whole run, across the turn from the rows with a value to the NULLs:
+    each sort against a model. `-reward` is `reward` reversed, ties newest first; NULLs last
+    in both, and filters hold in both parts."""
+    rid = create_run(client)["id"]
+    records = [
+        episode(i, step=None if i % 5 == 0 else i % 4, reward=None if i % 3 == 0 else i % 2,
+                env="code" if i % 7 == 0 else "math")
+        for i in range(40)
+    ]  # fmt: skip
+    upload(client, rid, "episodes", ndjson(records[:25]))
+    upload(client, rid, "episodes", ndjson(records[25:]))
+    arrival = {r["id"]: n for n, r in enumerate(records)}
+
+    def model(name: str, descending: bool, rows: list[dict]) -> list[str]:
+        known = sorted(
+            (r for r in rows if r[name] is not None),
+            key=lambda r: (r[name], arrival[r["id"]]),
+            reverse=descending,
+        )
+        nulls = sorted(
+            (r for r in rows if r[name] is None), key=lambda r: arrival[r["id"]], reverse=descending
+        )
+        return [r["id"] for r in known + nulls]  # fmt: skip
+
+    path = f"/runs/{rid}/episodes"
+    every = all_pages(client, path, limit=1000)
+    assert len(every) == 40 and any(r["step"] is None for r in every)
+    for sort, name, descending in (("step", "step", False), ("reward", "reward", False),
+                                   ("-reward", "reward", True)):  # fmt: skip
+        got = all_pages(client, path, sort=sort, limit=3)
+        assert [r["id"] for r in got] == model(name, descending, every), sort
+        code = all_pages(client, path, sort=sort, env="code", limit=2)
+        rows = [r for r in every if r["env"] == "code"]
+        assert [r["id"] for r in code] == model(name, descending, rows), sort
+
+
 def test_traces_stream_ids_and_large_records(client):
     rid = create_run(client)["id"]
     traces = [{"id": "a/b?c", "reward": 1.0, "step": 3}, {"no_id": True}]

@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import zstandard
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +22,7 @@ from openruns.server.errors import ApiError
 from openruns.server.store import LocalBlobStore, Store
 from openruns.server.store import metrics as metric_sql
 from openruns.server.store.migrate import NewerSchemaError
+from openruns.server.store.schema import metadata
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +179,23 @@ def test_replicas_starting_together_migrate_once(backend, stores_factory, tmp_pa
     finally:
         for s in opened:
             s.close()
+
+
+def test_the_migrations_build_the_schema_the_code_declares(store):
+    """schema.py is what the code reads and the migrations are what a database gets: an index
+    in one and not the other (0020 rebuilt the episodes' listing indexes) is a plan nobody
+    checked. The search index's tables are made by hand (search.py) and not declared."""
+    with store.db.writer.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    hand_made = ("remove_table", "remove_index")
+    drift = [
+        d
+        for d in diff
+        if not (
+            d[0] in hand_made and getattr(d[1], "table", d[1]).name.startswith("episode_search")
+        )
+    ]
+    assert drift == []
 
 
 def test_a_newer_schema_is_refused_in_words(tmp_path):

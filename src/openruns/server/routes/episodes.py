@@ -109,7 +109,8 @@ async def list_episodes(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> JSON:
-    """Index rows, sorted (NULLs last) and filtered, one page at a time. `step` with
+    """Index rows, sorted (NULLs last; ties in arrival order, and `-reward` is `reward`
+    reversed, so its ties come newest first) and filtered, one page at a time. `step` with
     `by=trained`: the episodes an annotation says were trained at that step. `id`: one
     record's row (the step it was indexed at, its reward as the index reads it)."""
     run = await readable_run(state, caller, run_id)

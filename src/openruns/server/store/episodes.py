@@ -1,8 +1,13 @@
 """
 The episode index: one row per stored episode or trace, pointing into its segment blob.
 
-Listing uses keyset pages over (sort column, seq) with NULLs last, so deep pages cost the same
-as the first; the cursor carries the last row's sort value and seq.
+Listing uses keyset pages over (sort column, seq), so deep pages cost the same as the first;
+the cursor carries the last row's sort value and seq. A sorted page is read in parts (the rows
+with a value, then, NULLs last, those without), each walking an index in (column, seq) order:
+ix_episodes_run_step for step, ix_episodes_run_reward for reward. `-reward` is
+`reward` reversed, ties included (newest first), so one index serves both directions; an order
+with NULLs last in one statement matched no index and sorted the whole run for every page
+(30 s at 10M episodes, docs/benchmarks.md).
 
 A step has two meanings in async RL: an episode is indexed by the step it was dispatched at,
 and annotations (annotations.py) may say the step it was trained at. That second step is kept
@@ -36,6 +41,8 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.sql.expression import UnaryExpression
+from sqlalchemy.sql.operators import custom_op
 
 from . import alerts
 from .schema import RECORD_LOCATION, annotations_table, episode_subsets, episodes, segments
@@ -257,18 +264,34 @@ def list_episodes(
     if step is not None:
         query = query.where((_e.c.trained_step if by == "trained" else _e.c.step) == step)
     query = _filtered(query, filters)
-    if after is not None:
+    # A page is read in parts, each an index walk in the page's order (col, seq), until it is
+    # full: the rest of the cursor's ties, the values beyond it, then the NULLs. Each part names
+    # the whole order: among ties or NULLs that is seq's order, and PostgreSQL only walks the
+    # index under `col IS NULL` when told so. A row-value bound `(col, seq) > (?, ?)` would be
+    # one part, but SQLite seeks only on `col` with it (seq is its rowid), reading every tie.
+    order = (col.desc(), _e.c.seq.desc()) if descending else (col, _e.c.seq)
+    if after is None:
+        parts = [col.is_not(None), col.is_(None)]
+    else:
         value, seq = after
+        # In a step's page no index is to seek on seq (see below): `+seq`, SQLite's way to say so.
+        mark = _e.c.seq if step is None else _unindexed(_e.c.seq)
+        seq_beyond = mark < seq if descending else mark > seq
         if value is None:
-            query = query.where(col.is_(None), _e.c.seq > seq)
+            parts = [and_(col.is_(None), seq_beyond)]
         else:
             beyond = col < value if descending else col > value
-            query = query.where(
-                or_(col.is_(None), beyond, and_(col == value, _e.c.seq > seq)),
-            )
-    order = col.desc() if descending else col.asc()
-    query = query.order_by(col.is_(None), order, _e.c.seq).limit(limit + 1)
-    rows = [dict(r) for r in conn.execute(query).mappings()]
+            parts = [and_(col == value, seq_beyond), beyond, col.is_(None)]
+    if step is not None:
+        # One step's rows: the step's index finds them and they are few enough to sort, in one
+        # statement. Read in parts, SQLite (no statistics) walks the run's reward index instead.
+        parts, order = [or_(*parts)], (col.is_(None), *order)
+    rows: list[dict[str, Any]] = []
+    for part in parts:
+        statement = query.where(part).order_by(*order).limit(limit + 1 - len(rows))
+        rows += [dict(r) for r in conn.execute(statement).mappings()]
+        if len(rows) > limit:
+            break
     cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
@@ -276,6 +299,10 @@ def list_episodes(
     for row in rows:
         del row["_key"], row["seq"]
     return rows, cursor
+
+
+def _unindexed(column: Any) -> Any:
+    return UnaryExpression(column, operator=custom_op("+"), type_=column.type)
 
 
 def _by_id(

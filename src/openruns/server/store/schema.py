@@ -322,7 +322,9 @@ episodes = Table(
     # read checks it before decompressing (migration 0012; null on rows indexed before it,
     # whose reads verify the frames' checksums instead). See segment_reads.py.
     Column("frames_digest", LargeBinary(16)),
-    Index("ix_episodes_run_step", "run_seq", "stream", "step", "reward", "trained_step"),
+    # (column, seq) leads each sorted listing's index: pages walk it (store/episodes.py, 0020).
+    Index("ix_episodes_run_step", "run_seq", "stream", "step", "seq", "reward", "trained_step"),
+    Index("ix_episodes_run_reward", "run_seq", "stream", "reward", "seq"),
     Index("ix_episodes_run_id", "run_seq", "episode_id"),
     Index("ix_episodes_run_kind_step", "run_seq", "stream", "kind", "step"),
     Index("ix_episodes_run_trained", "run_seq", "stream", "trained_step", "reward", "step"),

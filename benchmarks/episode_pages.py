@@ -1,0 +1,263 @@
+"""
+Rollouts listings of one large run (issue 21's 10,000,000 episodes): the index rows of EPISODES
+episodes of one run, and a neighbour run of a tenth of that, written straight into the store
+(bulk inserts made by the database itself, no blobs: a listing reads only the index), then read
+through a real `openruns server` over HTTP, 100 rows a page:
+
+  a step's page sorted by reward; the run's first page by step, by reward, by -reward, filtered
+  ok=true, filtered env=code; a page deep in each (from a cursor in the middle of the run); the
+  turn from the rows with a value to the NULLs; a page among the NULLs.
+
+The run: 100 episodes a step, 1 % without a step, rewards 0 or 1 (40 % each: ties by the
+million), 10 % a fraction, 10 % none; ok 90 % true; env `code` for 1 in 50. Each read is asked
+`--repeats` times after one warm-up: p50 / p95 of the whole HTTP answer. Then each page's plan
+(EXPLAIN QUERY PLAN on SQLite, EXPLAIN on PostgreSQL). SQLite, then PostgreSQL (the throwaway
+cluster of tests/services.py, durable, ANALYZEd after the load).
+
+    uv run python benchmarks/episode_pages.py                      # 10,000,000: ~15 minutes
+    uv run python benchmarks/episode_pages.py --episodes 100000    # a smoke run
+
+Results go in docs/benchmarks.md, section "Rollouts pages of a 10M-episode run".
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from sqlalchemy import event, insert, text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.services
+
+from tests.services import PostgresCluster, postgres_bin  # noqa: E402
+
+import server_process  # noqa: E402
+from openruns.server.store import Store  # noqa: E402
+from openruns.server.store.episodes import list_episodes  # noqa: E402
+from openruns.server.store.schema import runs, segments  # noqa: E402
+
+CHUNK = 500_000
+
+# One row per episode made by the database from its number g (1..count) and the run.
+_SELECT = """
+SELECT {run}, 'episodes', 'ep-' || g,
+  CASE WHEN g % 100 = 7 THEN NULL ELSE g / 100 END,
+  CASE WHEN g % 10 < 4 THEN 0.0 WHEN g % 10 < 8 THEN 1.0 WHEN g % 10 = 8 THEN (g % 997) / 997.0
+       ELSE NULL END,
+  CASE WHEN g % 50 = 3 THEN 'code' ELSE 'math' END, g % 10 <> 5, 'train', {segment}, 0, 1, 0, 1
+"""
+_COLUMNS = (
+    "run_seq, stream, episode_id, step, reward, env, ok, kind, segment_id,"
+    ' frame_offset, frame_length, "offset", length'
+)
+
+
+def generate(url: str, count: int) -> tuple[str, float]:
+    """Write the big run and its neighbour into the store at `url`: (the run's id, seconds)."""
+    store = Store.open(url)
+    started = time.perf_counter()
+    try:
+        for name, size in (("neighbour", count // 10), ("big", count)):
+            run, segment = store.db.write_sync(lambda conn, name=name: _run(conn, name))
+            for first in range(0, size, CHUNK):
+                last = min(first + CHUNK, size)
+                sql = _SELECT.format(run=run, segment=segment)
+                if url.startswith("sqlite"):
+                    sql = (
+                        f"WITH RECURSIVE n(g) AS (SELECT {first + 1} UNION ALL"
+                        f" SELECT g + 1 FROM n WHERE g < {last}) {sql} FROM n"
+                    )
+                else:
+                    sql = f"{sql} FROM generate_series({first + 1}, {last}) g".replace("%", "%%")
+                statement = f"INSERT INTO episodes ({_COLUMNS}) {sql}"
+                store.db.write_sync(lambda conn, s=statement: conn.exec_driver_sql(s))
+    finally:
+        store.close()
+    return "big", time.perf_counter() - started
+
+
+def _run(conn: Any, name: str) -> tuple[int, int]:
+    row = {
+        "id": name,
+        "team_id": "default",
+        "kind": "train",
+        "name": name,
+        "environments": "[]",
+        "tags": "[]",
+        "config": "null",
+        "status": "running",
+        "summary": "{}",
+        "losses": "{}",
+        "created_at": 1.7e9,
+        "updated_at": 1.7e9,
+        "last_heartbeat_at": float("inf"),
+        "status_history": "[]",
+    }
+    seq = conn.execute(insert(runs).returning(runs.c.seq), row).scalar_one()
+    segment = conn.execute(
+        insert(segments).returning(segments.c.id),
+        {
+            "run_seq": seq,
+            "stream": "episodes",
+            "blob_key": f"none/{name}",
+            "records": 0,
+            "bytes": 0,
+            "created_at": 1.7e9,
+        },
+    ).scalar_one()
+    return seq, segment
+
+
+def cursor(value: Any, seq: int) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps([value, seq])).decode().rstrip("=")
+
+
+def reads(count: int) -> list[tuple[str, dict[str, Any]]]:
+    """(label, query) of each read; the cursors name a row in the middle of the run (its seqs
+    follow the neighbour's count // 10)."""
+    middle = count // 10 + count // 2
+    return [
+        ("a step's page, sort=-reward", {"step": count // 200, "sort": "-reward"}),
+        ("first page, sort=step", {}),
+        ("first page, sort=reward", {"sort": "reward"}),
+        ("first page, sort=-reward", {"sort": "-reward"}),
+        ("first page, ok=true", {"ok": "true"}),
+        ("first page, env=code, sort=-reward", {"env": "code", "sort": "-reward"}),
+        ("deep page, sort=step", {"cursor": cursor(count // 200, middle)}),
+        ("deep page, sort=reward", {"sort": "reward", "cursor": cursor(1.0, middle)}),
+        ("deep page, sort=-reward", {"sort": "-reward", "cursor": cursor(0.0, middle)}),
+        ("the turn to NULLs, sort=reward", {"sort": "reward", "cursor": cursor(1.0, 2**31 - 1)}),
+        (
+            "a page among the NULLs, sort=-reward",
+            {"sort": "-reward", "cursor": cursor(None, middle)},
+        ),
+    ]
+
+
+def measure(url: str, run_id: str, count: int, repeats: int) -> list[str]:
+    out = []
+    with httpx.Client(base_url=url + "/api/v1", timeout=120) as client:
+        for label, params in reads(count):
+            times, rows = [], 0
+            for _ in range(repeats + 1):
+                start = time.perf_counter()
+                response = client.get(f"/runs/{run_id}/episodes", params={"limit": 100, **params})
+                times.append(time.perf_counter() - start)
+                if response.status_code != 200:
+                    out.append(f"| {label} | {response.status_code}: {response.text[:120]} | |")
+                    break
+                rows = len(response.json()["items"])
+            else:
+                p50, p95 = _p50_p95(times[1:])
+                out.append(f"| {label} | {rows} | {p50:.0f} | {p95:.0f} |")
+    return out
+
+
+def _p50_p95(times: list[float]) -> tuple[float, float]:
+    ordered = sorted(times)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return statistics.median(ordered) * 1000, p95 * 1000
+
+
+def plans(url: str, count: int) -> list[str]:
+    """Each read's statements and their plans, as the store runs them."""
+    store = Store.open(url)
+    out = []
+    try:
+        engine = store.db.writer
+        middle = count // 10 + count // 2
+        sorts = {"step": count // 200, "reward": 1.0, "-reward": 0.0}
+        for sort, value in sorts.items():
+            for after in (None, (value, middle), (None, middle)):
+                seen: list[tuple[str, Any]] = []
+
+                def record(conn, cursor, statement, parameters, context, executemany, seen=seen):  # noqa: ANN001
+                    seen.append((statement, parameters))
+
+                event.listen(engine, "before_cursor_execute", record)
+                with engine.connect() as conn:
+                    big = conn.execute(text("SELECT seq FROM runs WHERE id = 'big'")).scalar_one()
+                    seen.clear()
+                    list_episodes(
+                        conn, big, stream="episodes", step=None, sort=sort, limit=100, after=after
+                    )
+                event.remove(engine, "before_cursor_execute", record)
+                prefix = "EXPLAIN QUERY PLAN " if url.startswith("sqlite") else "EXPLAIN "
+                with engine.connect() as conn:
+                    for statement, parameters in seen:
+                        lines = [
+                            str(r[-1]) for r in conn.exec_driver_sql(prefix + statement, parameters)
+                        ]
+                        out.append(f"sort={sort} after={after}: " + " / ".join(lines))
+    finally:
+        store.close()
+    return out
+
+
+def run_backend(
+    label: str, url: str, server_args: list[str], count: int, repeats: int, tmp: Path
+) -> None:
+    print(f"\n## {label}: {count:,} episodes in one run (+ {count // 10:,} in a neighbour)")
+    run_id, seconds = generate(url, count)
+    print(f"generated in {seconds:.0f} s ({count * 1.1 / seconds:,.0f} index rows/s)")
+    if url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as conn:
+            conn.execute("ANALYZE")
+    proc, server_url = server_process.start_server(
+        server_args, tmp / f"{label[:6]}.log", search_index=False
+    )
+    try:
+        print(f"load average before: {os.getloadavg()[0]:.2f}")
+        print("| read (limit=100) | rows | p50 ms | p95 ms |\n| --- | ---: | ---: | ---: |")
+        for line in measure(server_url, run_id, count, repeats):
+            print(line)
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    for line in plans(url, count):
+        print("    " + line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--episodes", type=int, default=10_000_000)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--only", choices=("sqlite", "postgres"))
+    args = parser.parse_args()
+    print("load average at the start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+    with tempfile.TemporaryDirectory(prefix="openruns-episode-pages-") as name:
+        tmp = Path(name)
+        if args.only != "postgres":
+            data = tmp / "sqlite"
+            data.mkdir()
+            url = f"sqlite:///{data / 'openruns.db'}"
+            run_backend("SQLite", url, ["--data-dir", str(data)], args.episodes, args.repeats, tmp)
+        if args.only != "sqlite":
+            bindir = postgres_bin()
+            if bindir is None:
+                sys.exit("benchmarks/episode_pages.py needs PostgreSQL: apt-get install postgresql")
+            cluster = PostgresCluster(bindir, durable=True).start()
+            try:
+                db = cluster.new_database()
+                url = db.replace("postgresql://", "postgresql+psycopg://")
+                args_pg = ["--data-dir", str(tmp / "pg-data"), "--db", db]
+                run_backend("PostgreSQL", url, args_pg, args.episodes, args.repeats, tmp)
+            finally:
+                cluster.stop()
+    print("\nload average at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+
+
+if __name__ == "__main__":
+    main()
