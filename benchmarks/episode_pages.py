@@ -9,7 +9,8 @@ through a real `openruns server` over HTTP, 100 rows a page:
   turn from the rows with a value to the NULLs; a page among the NULLs.
 
 The run: 100 episodes a step, 1 % without a step, rewards 0 or 1 (40 % each: ties by the
-million), 10 % a fraction, 10 % none; ok 90 % true; env `code` for 1 in 50. Each read is asked
+million), 10 % a fraction, 10 % none; ok 90 % true; env `code` for 1 in 53 (so not only the
+episodes of one reward). Each read is asked
 `--repeats` times after one warm-up: p50 / p95 of the whole HTTP answer. Then each page's plan
 (EXPLAIN QUERY PLAN on SQLite, EXPLAIN on PostgreSQL). SQLite, then PostgreSQL (the throwaway
 cluster of tests/services.py, durable, ANALYZEd after the load).
@@ -53,7 +54,7 @@ SELECT {run}, 'episodes', 'ep-' || g,
   CASE WHEN g % 100 = 7 THEN NULL ELSE g / 100 END,
   CASE WHEN g % 10 < 4 THEN 0.0 WHEN g % 10 < 8 THEN 1.0 WHEN g % 10 = 8 THEN (g % 997) / 997.0
        ELSE NULL END,
-  CASE WHEN g % 50 = 3 THEN 'code' ELSE 'math' END, g % 10 <> 5, 'train', {segment}, 0, 1, 0, 1
+  CASE WHEN g % 53 = 3 THEN 'code' ELSE 'math' END, g % 10 <> 5, 'train', {segment}, 0, 1, 0, 1
 """
 _COLUMNS = (
     "run_seq, stream, episode_id, step, reward, env, ok, kind, segment_id,"

@@ -15,6 +15,7 @@ from sqlalchemy import event
 
 from openruns.server.store import Store
 from openruns.server.store.episodes import SORTS, _held_subsets, list_episodes
+from openruns.server.store.rewards import step_rewards
 
 BY_ID = "ix_episodes_run_id (run_seq=? AND episode_id=?)"
 
@@ -122,6 +123,22 @@ def test_a_steps_page_is_found_by_the_steps_index(tmp_path):
         assert "(run_seq=? AND stream=? AND step=?)" in plan or (
             "(run_seq=? AND stream=? AND trained_step=?" in plan
         ), plan
+
+
+def test_a_steps_rewards_are_read_by_the_steps_index(tmp_path):
+    """The reward distribution of a step (the dashboard's histogram) asks for the step's
+    rewards in order: SQLite walked the run's reward index for it instead of the step's rows."""
+
+    def rewards(conn):
+        for by, kind in itertools.product(("dispatched", "trained"), (None, "eval")):
+            got = step_rewards(conn, 1, "episodes", 7, by=by, kind=kind)
+            assert got == {"values": [], "missing": 0, "truncated": False}
+
+    plans = plans_of(tmp_path, rewards)
+    assert len(plans) == 2 * 2 * 2  # the values, and the count of those without a reward
+    for plan in plans:
+        assert "ix_episodes_run_reward" not in plan, plan
+        assert "step=?" in plan, plan
 
 
 def test_run_wide_pages_walk_an_index_on_postgres_too(stores_factory, tmp_path):

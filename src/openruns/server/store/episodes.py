@@ -41,12 +41,11 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.sql.expression import UnaryExpression
-from sqlalchemy.sql.operators import custom_op
+from sqlalchemy.sql.expression import ColumnElement
 
 from . import alerts
 from .schema import RECORD_LOCATION, annotations_table, episode_subsets, episodes, segments
-from .sql import insert_ignore
+from .sql import insert_ignore, unindexed
 
 __all__ = [
     "INDEX_COLUMNS",
@@ -270,12 +269,13 @@ def list_episodes(
     # index under `col IS NULL` when told so. A row-value bound `(col, seq) > (?, ?)` would be
     # one part, but SQLite seeks only on `col` with it (seq is its rowid), reading every tie.
     order = (col.desc(), _e.c.seq.desc()) if descending else (col, _e.c.seq)
+    parts: list[ColumnElement[bool]]
     if after is None:
         parts = [col.is_not(None), col.is_(None)]
     else:
         value, seq = after
-        # In a step's page no index is to seek on seq (see below): `+seq`, SQLite's way to say so.
-        mark = _e.c.seq if step is None else _unindexed(_e.c.seq)
+        # A step's page must not seek by seq (see below): SQLite would take a (col, seq) index.
+        mark = _e.c.seq if step is None else unindexed(_e.c.seq)
         seq_beyond = mark < seq if descending else mark > seq
         if value is None:
             parts = [and_(col.is_(None), seq_beyond)]
@@ -284,7 +284,7 @@ def list_episodes(
             parts = [and_(col == value, seq_beyond), beyond, col.is_(None)]
     if step is not None:
         # One step's rows: the step's index finds them and they are few enough to sort, in one
-        # statement. Read in parts, SQLite (no statistics) walks the run's reward index instead.
+        # statement. Read in parts, SQLite walks the run's reward index instead (sql.unindexed).
         parts, order = [or_(*parts)], (col.is_(None), *order)
     rows: list[dict[str, Any]] = []
     for part in parts:
@@ -299,10 +299,6 @@ def list_episodes(
     for row in rows:
         del row["_key"], row["seq"]
     return rows, cursor
-
-
-def _unindexed(column: Any) -> Any:
-    return UnaryExpression(column, operator=custom_op("+"), type_=column.type)
 
 
 def _by_id(

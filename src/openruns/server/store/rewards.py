@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 
 from .schema import episodes
+from .sql import unindexed
 
 __all__ = ["QUANTILES", "quantile", "reward_quantiles", "step_rewards"]
 
@@ -43,14 +44,17 @@ def step_rewards(
         where.append(_e.c.kind == kind)
     if subset is not None:
         where.append(_e.c.subset == subset)
+    # The step's rows, found by the step's index and sorted: no reward term may choose the
+    # run's reward index instead (sql.unindexed).
+    reward = unindexed(_e.c.reward)
     query = (
         select(_e.c.reward)
-        .where(*where, _e.c.reward.is_not(None))
-        .order_by(_e.c.reward)
+        .where(*where, reward.is_not(None))
+        .order_by(reward)
         .limit(MAX_STEP_VALUES + 1)
     )
     values = list(conn.execute(query).scalars())
-    missing = conn.execute(select(func.count()).where(*where, _e.c.reward.is_(None))).scalar_one()
+    missing = conn.execute(select(func.count()).where(*where, reward.is_(None))).scalar_one()
     return {
         "values": values[:MAX_STEP_VALUES],
         "missing": missing,

@@ -327,7 +327,9 @@ episodes = Table(
     Index("ix_episodes_run_reward", "run_seq", "stream", "reward", "seq"),
     Index("ix_episodes_run_id", "run_seq", "episode_id"),
     Index("ix_episodes_run_kind_step", "run_seq", "stream", "kind", "step"),
-    Index("ix_episodes_run_trained", "run_seq", "stream", "trained_step", "reward", "step"),
+    # seq right after trained_step: an episode arrives untrained (NULL), so its entry goes at
+    # the end of the NULLs, not at its reward among them (an insert at a random place: 0020).
+    Index("ix_episodes_run_trained", "run_seq", "stream", "trained_step", "seq", "reward", "step"),
     sqlite_autoincrement=True,  # seqs of a deleted run's episodes are never reused (0013)
 )
 

@@ -13,6 +13,9 @@ store is portable SQLAlchemy Core and goes through these helpers where it must:
   then checks that the run still exists: an upload that read the run before it was deleted
   (store/deletion.py) gets a 404 and stores nothing.
 - `lock_migrations`: one replica at a time migrates the schema.
+- `unindexed`: a column as a term no index may serve (`+col`; PostgreSQL reads it as the
+  column). SQLite plans without statistics, and given an ORDER BY that some index walks it
+  takes that index over the whole run rather than seek a step's few rows and sort them.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ from typing import Any
 from sqlalchemy import Connection, Table, bindparam, column, func, select
 from sqlalchemy import table as sql_table
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.sql.expression import ColumnElement, UnaryExpression
+from sqlalchemy.sql.operators import custom_op
 
 from ..errors import not_found
 from .schema import runs
 
-__all__ = ["executemany", "insert_ignore", "lock_migrations", "lock_run", "upsert"]
+__all__ = ["executemany", "insert_ignore", "lock_migrations", "lock_run", "unindexed", "upsert"]
 
 _PG_COPY_ROWS = 2_000
 
@@ -58,6 +63,10 @@ def insert_ignore(conn: Connection, table: Table) -> Any:
     """INSERT ... ON CONFLICT DO NOTHING (any unique constraint). On PostgreSQL a conflicting
     row another transaction is still writing makes this wait for it, then do nothing."""
     return _insert(conn, table).on_conflict_do_nothing()
+
+
+def unindexed(col: ColumnElement[Any]) -> ColumnElement[Any]:
+    return UnaryExpression(col, operator=custom_op("+"), type_=col.type)
 
 
 def lock_run(conn: Connection, run_seq: int, check: bool = True) -> None:
