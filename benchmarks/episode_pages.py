@@ -23,12 +23,7 @@ Results go in docs/benchmarks.md, section "Rollouts pages of a 10M-episode run".
 
 from __future__ import annotations
 
-import argparse
 import base64
-import os
-import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,14 +32,11 @@ import httpx
 import orjson
 from sqlalchemy import event, insert, text
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.services
-
-from tests.services import PostgresCluster, postgres_bin  # noqa: E402
-
-import server_process  # noqa: E402
-from openruns.server.store import Store  # noqa: E402
-from openruns.server.store.episodes import list_episodes  # noqa: E402
-from openruns.server.store.schema import runs, segments  # noqa: E402
+import both_stores
+from both_stores import p50_p95, serving
+from openruns.server.store import Store
+from openruns.server.store.episodes import list_episodes
+from openruns.server.store.schema import runs, segments
 
 CHUNK = 500_000
 
@@ -158,15 +150,9 @@ def measure(url: str, run_id: str, count: int, repeats: int) -> list[str]:
                     break
                 rows = len(response.json()["items"])
             else:
-                p50, p95 = _p50_p95(times[1:])
+                p50, p95 = p50_p95(times[1:])
                 out.append(f"| {label} | {rows} | {p50:.0f} | {p95:.0f} |")
     return out
-
-
-def _p50_p95(times: list[float]) -> tuple[float, float]:
-    ordered = sorted(times)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return statistics.median(ordered) * 1000, p95 * 1000
 
 
 def plans(url: str, count: int) -> list[str]:
@@ -210,55 +196,13 @@ def run_backend(
     print(f"\n## {label}: {count:,} episodes in one run (+ {count // 10:,} in a neighbour)")
     run_id, seconds = generate(url, count)
     print(f"generated in {seconds:.0f} s ({count * 1.1 / seconds:,.0f} index rows/s)")
-    if url.startswith("postgresql"):
-        import psycopg
-
-        with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as conn:
-            conn.execute("ANALYZE")
-    proc, server_url = server_process.start_server(
-        server_args, tmp / f"{label[:6]}.log", search_index=False
-    )
-    try:
-        print(f"load average before: {os.getloadavg()[0]:.2f}")
+    with serving(url, server_args, tmp / f"{label[:6]}.log") as server_url:
         print("| read (limit=100) | rows | p50 ms | p95 ms |\n| --- | ---: | ---: | ---: |")
         for line in measure(server_url, run_id, count, repeats):
             print(line)
-        print(f"load average after: {os.getloadavg()[0]:.2f}")
-    finally:
-        proc.terminate()
-        proc.wait(30)
     for line in plans(url, count):
         print("    " + line)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--episodes", type=int, default=10_000_000)
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--only", choices=("sqlite", "postgres"))
-    args = parser.parse_args()
-    print("load average at the start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
-    with tempfile.TemporaryDirectory(prefix="openruns-episode-pages-") as name:
-        tmp = Path(name)
-        if args.only != "postgres":
-            data = tmp / "sqlite"
-            data.mkdir()
-            url = f"sqlite:///{data / 'openruns.db'}"
-            run_backend("SQLite", url, ["--data-dir", str(data)], args.episodes, args.repeats, tmp)
-        if args.only != "sqlite":
-            bindir = postgres_bin()
-            if bindir is None:
-                sys.exit("benchmarks/episode_pages.py needs PostgreSQL: apt-get install postgresql")
-            cluster = PostgresCluster(bindir, durable=True).start()
-            try:
-                db = cluster.new_database()
-                url = db.replace("postgresql://", "postgresql+psycopg://")
-                args_pg = ["--data-dir", str(tmp / "pg-data"), "--db", db]
-                run_backend("PostgreSQL", url, args_pg, args.episodes, args.repeats, tmp)
-            finally:
-                cluster.stop()
-    print("\nload average at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
-
-
 if __name__ == "__main__":
-    main()
+    both_stores.main(__doc__, ("episodes", 10_000_000), 10, run_backend)

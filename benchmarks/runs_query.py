@@ -21,13 +21,8 @@ Results go in docs/benchmarks.md, section "Queries across runs".
 
 from __future__ import annotations
 
-import argparse
-import os
 import random
-import statistics
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,15 +31,12 @@ import httpx
 import orjson
 from sqlalchemy import insert, select, text
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.services
-
-from tests.services import PostgresCluster, postgres_bin  # noqa: E402
-
-import server_process  # noqa: E402
-from openruns.server.queries.language import parse_filter, parse_sort  # noqa: E402
-from openruns.server.store import Store  # noqa: E402
-from openruns.server.store.run_query import RunQuery, page_statement  # noqa: E402
-from openruns.server.store.schema import (  # noqa: E402
+import both_stores
+from both_stores import p50_p95, serving
+from openruns.server.queries.language import parse_filter, parse_sort
+from openruns.server.store import Store
+from openruns.server.store.run_query import RunQuery, page_statement
+from openruns.server.store.schema import (
     metric_keys,
     metric_points,
     run_tags,
@@ -151,7 +143,7 @@ def measure(url: str, repeats: int) -> list[tuple[str, float, float]]:
                 response = client.get("/runs", params=query)
                 times.append(time.perf_counter() - start)
                 response.raise_for_status()
-            out.append((label, *_p50_p95(times[1:])))
+            out.append((label, *p50_p95(times[1:])))
         # the second page of a sort by a summary value: the keyset cursor
         first = client.get(
             "/runs", params={"project": PROJECT, "limit": 50, "sort": "-summary.reward"}
@@ -169,14 +161,8 @@ def measure(url: str, repeats: int) -> list[tuple[str, float, float]]:
                 },
             ).raise_for_status()
             times.append(time.perf_counter() - start)
-        out.append(("page 2 of sort -summary.reward", *_p50_p95(times[1:])))
+        out.append(("page 2 of sort -summary.reward", *p50_p95(times[1:])))
     return out
-
-
-def _p50_p95(times: list[float]) -> tuple[float, float]:
-    ordered = sorted(times)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return statistics.median(ordered) * 1000, p95 * 1000
 
 
 def plans(url: str) -> list[tuple[str, float, list[str]]]:
@@ -238,57 +224,15 @@ def run_backend(
     print(f"\n## {label}: {count:,} runs in one project")
     seconds = generate(url, count)
     print(f"generated in {seconds:.0f} s ({count / seconds:,.0f} runs/s, straight into the store)")
-    if url.startswith("postgresql"):
-        import psycopg
-
-        with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as conn:
-            conn.execute("ANALYZE")
-    proc, server_url = server_process.start_server(
-        server_args, tmp / f"{label[:6]}.log", search_index=False
-    )
-    try:
-        print(f"load average before: {os.getloadavg()[0]:.2f}")
+    with serving(url, server_args, tmp / f"{label[:6]}.log") as server_url:
         for name, p50, p95 in measure(server_url, repeats):
             print(f"| {name} | {p50:.0f} | {p95:.0f} |")
-        print(f"load average after: {os.getloadavg()[0]:.2f}")
-    finally:
-        proc.terminate()
-        proc.wait(30)
     for name, engine_ms, lines in plans(url):
         print(f"{name}: {engine_ms:.0f} ms in the database; plan:")
         for line in lines:
             print(f"    {line}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--only", choices=("sqlite", "postgres"))
-    args = parser.parse_args()
-    print("load average at the start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
-    with tempfile.TemporaryDirectory(prefix="openruns-runs-query-") as name:
-        tmp = Path(name)
-        if args.only != "postgres":
-            data = tmp / "sqlite"
-            data.mkdir()
-            url = f"sqlite:///{data / 'openruns.db'}"
-            run_backend("SQLite", url, ["--data-dir", str(data)], args.runs, args.repeats, tmp)
-        if args.only != "sqlite":
-            bindir = postgres_bin()
-            if bindir is None:
-                sys.exit("benchmarks/runs_query.py needs PostgreSQL: apt-get install postgresql")
-            cluster = PostgresCluster(bindir, durable=True).start()
-            try:
-                db = cluster.new_database()
-                url = db.replace("postgresql://", "postgresql+psycopg://")
-                args_pg = ["--data-dir", str(tmp / "pg-data"), "--db", db]
-                run_backend("PostgreSQL", url, args_pg, args.runs, args.repeats, tmp)
-            finally:
-                cluster.stop()
-    print("\nload average at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
-
-
 if __name__ == "__main__":
     _ = subprocess  # started through server_process
-    main()
+    both_stores.main(__doc__, ("runs", 100_000), 20, run_backend)
