@@ -114,11 +114,11 @@ def cursor(value: Any, seq: int) -> str:
     return base64.urlsafe_b64encode(orjson.dumps([value, seq])).decode().rstrip("=")
 
 
-def reads(count: int) -> list[tuple[str, dict[str, Any]]]:
-    """(label, query) of each read; the cursors name a row in the middle of the run (its seqs
-    follow the neighbour's count // 10)."""
-    middle = count // 10 + count // 2
-    return [
+def reads(count: int) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, path under the run, query) of each read; the cursors name a row in the middle of
+    the run (its seqs follow the neighbour's count // 10)."""
+    middle, last_step = count // 10 + count // 2, count // 100
+    pages: list[tuple[str, dict[str, Any]]] = [
         ("a step's page, sort=-reward", {"step": count // 200, "sort": "-reward"}),
         ("first page, sort=step", {}),
         ("first page, sort=reward", {"sort": "reward"}),
@@ -134,21 +134,26 @@ def reads(count: int) -> list[tuple[str, dict[str, Any]]]:
             {"sort": "-reward", "cursor": cursor(None, middle)},
         ),
     ]
+    return [(label, "episodes", {"limit": 100, **query}) for label, query in pages] + [
+        ("the run's steps (`/steps`, every step)", "steps", {}),
+        ("the last 10 steps (`/steps?step_min=`)", "steps", {"step_min": last_step - 9}),
+    ]
 
 
 def measure(url: str, run_id: str, count: int, repeats: int) -> list[str]:
     out = []
     with httpx.Client(base_url=url + "/api/v1", timeout=120) as client:
-        for label, params in reads(count):
+        for label, path, params in reads(count):
             times, rows = [], 0
             for _ in range(repeats + 1):
                 start = time.perf_counter()
-                response = client.get(f"/runs/{run_id}/episodes", params={"limit": 100, **params})
+                response = client.get(f"/runs/{run_id}/{path}", params=params)
                 times.append(time.perf_counter() - start)
                 if response.status_code != 200:
                     out.append(f"| {label} | {response.status_code}: {response.text[:120]} | |")
                     break
-                rows = len(response.json()["items"])
+                body = response.json()
+                rows = len(body["items"] if isinstance(body, dict) else body)
             else:
                 p50, p95 = p50_p95(times[1:])
                 out.append(f"| {label} | {rows} | {p50:.0f} | {p95:.0f} |")
@@ -197,7 +202,7 @@ def run_backend(
     run_id, seconds = generate(url, count)
     print(f"generated in {seconds:.0f} s ({count * 1.1 / seconds:,.0f} index rows/s)")
     with serving(url, server_args, tmp / f"{label[:6]}.log") as server_url:
-        print("| read (limit=100) | rows | p50 ms | p95 ms |\n| --- | ---: | ---: | ---: |")
+        print("| read | rows | p50 ms | p95 ms |\n| --- | ---: | ---: | ---: |")
         for line in measure(server_url, run_id, count, repeats):
             print(line)
     for line in plans(url, count):
