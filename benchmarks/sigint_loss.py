@@ -8,8 +8,9 @@ went on sleeping with no traceback (the signal consumed, `SigPnd` 0, the main th
 its sleep); a second SIGINT then raised KeyboardInterrupt at once. With
 OPENRUNS_CAPTURE_CONSOLE=0, 1 of 150; with openruns' threads blocking SIGINT, still 4 of 60
 (so the kernel did hand it to the main thread); a plain Python job with five idle threads, 0 of
-300. `tests/sdk/test_exits.py::test_an_uncaught_ctrl_c_cancels_the_run_at_exit` fails this way
-now and then.
+300, and with three threads busy taking and dropping the GIL, 0 of 150 (so not only CPython's
+race of a signal just before the sleep's syscall). This is how
+`tests/sdk/test_exits.py::test_an_uncaught_ctrl_c_cancels_the_run_at_exit` fails now and then.
 
     uv run python benchmarks/sigint_loss.py --jobs 150
 """
