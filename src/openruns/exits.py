@@ -20,6 +20,9 @@ is still closed).
   run is cancelled when the exception leaves `with run:`, or at exit. Only where SIGINT would
   kill the process outright (SIG_DFL) are the runs closed first (cancelled), as for SIGTERM.
 
+A signal whose handler has not run a moment after it came (it came just before the main thread
+blocked in a system call, which it then did not interrupt) is sent again (signal_relay.py).
+
 When no run is open any more the previous handlers are put back. A forked child inherits all
 of this; its runs are attached, so each of these only flushes (and reports an uncaught
 exception).
@@ -36,7 +39,7 @@ import threading
 from types import TracebackType
 from typing import Any, Protocol
 
-from . import fork
+from . import fork, signal_relay
 from .spec import RunStatus
 
 __all__ = ["OpenRun", "closed", "opened"]
@@ -126,6 +129,7 @@ def _at_exit() -> None:
 
 def _on_signal(signum: int, frame: Any) -> None:
     global _interrupted
+    signal_relay.handled()
     # Read the displaced handler before finishing: closing the last run restores the table.
     previous = _previous.get(signum, signal.SIG_DFL)
     name = signal.Signals(signum).name
@@ -169,11 +173,14 @@ def _install_signal_handlers() -> None:
             continue  # the process chose to ignore it (nohup); so do we
         _previous[signum] = current
         signal.signal(signum, _on_signal)
+    if _previous:
+        signal_relay.install(_on_signal, frozenset(_previous))
 
 
 def _restore_signal_handlers() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
+    signal_relay.uninstall()
     for signum, previous in list(_previous.items()):
         if signal.getsignal(signum) is _on_signal:
             signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
