@@ -6,7 +6,9 @@ through a real `openruns server` over HTTP, 100 rows a page:
 
   a step's page sorted by reward; the run's first page by step, by reward, by -reward, filtered
   ok=true, filtered env=code; a page deep in each (from a cursor in the middle of the run); the
-  turn from the rows with a value to the NULLs; a page among the NULLs.
+  turn from the rows with a value to the NULLs; a page among the NULLs. Then the per-step table
+  (`/steps`) as the dashboard reads it: the newest page, an older one, a live poll, one step's
+  row and a neighbour's, and the largest page the API gives.
 
 The run: 100 episodes a step, 1 % without a step, rewards 0 or 1 (40 % each: ties by the
 million), 10 % a fraction, 10 % none; ok 90 % true; env `code` for 1 in 53 (so not only the
@@ -135,9 +137,19 @@ def reads(count: int) -> list[tuple[str, str, dict[str, Any]]]:
         ),
     ]
     return [(label, "episodes", {"limit": 100, **query}) for label, query in pages] + [
-        ("the run's steps (`/steps`, every step)", "steps", {}),
-        ("the last 10 steps (`/steps?step_min=`)", "steps", {"step_min": last_step - 9}),
-    ]
+        ("the newest 500 steps (`/steps?order=desc&limit=500`, the run page)", "steps",
+         {"order": "desc", "limit": 500}),
+        ("500 steps from the middle (`after=`, Show more steps)", "steps",
+         {"order": "desc", "limit": 500, "after": last_step // 2}),
+        ("a live poll (`step_min=` the newest - 8)", "steps",
+         {"order": "desc", "limit": 500, "step_min": last_step - 8}),
+        ("a step's row (`step_min=step_max=`, the step page)", "steps",
+         {"step_min": last_step // 2, "step_max": last_step // 2}),
+        ("a neighbour (`after=`, `limit=1`, the step page)", "steps",
+         {"order": "desc", "limit": 1, "after": last_step // 2}),
+        ("10,000 steps (the API's largest page; its client reads them all so)", "steps",
+         {"limit": 10_000}),
+    ]  # fmt: skip
 
 
 def measure(url: str, run_id: str, count: int, repeats: int) -> list[str]:

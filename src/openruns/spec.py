@@ -20,6 +20,7 @@ __all__ = [
     "MAX_ERROR_CHARS",
     "MAX_LOG_LINE_CHARS",
     "MAX_STEP",
+    "MAX_STEPS_PAGE",
     "ConfigSource",
     "EnvironmentRef",
     "RunKind",
@@ -33,6 +34,8 @@ RunKind = Literal["eval", "train"]
 # Steps are integers from 0 to this (a signed 64-bit column), everywhere: metrics, episodes,
 # annotations; the server refuses others with a 400, the SDK at the call.
 MAX_STEP = 2**63 - 1
+# Rows of one answer of a run's per-step table (GET /runs/{id}/steps), a default and a limit.
+MAX_STEPS_PAGE = 10_000
 
 # The text limits the server holds runs to, written once for the SDK and the server (which
 # imports them; issue 25: a cut of 65,546 characters against a limit of 65,536 lost a failed

@@ -87,6 +87,14 @@ def test_many_keys_are_read_in_pages_and_groups(server, client):
     assert [r["value"] for r in rows if r["key"] == "k/4321"] == [4321.0, 4321.0]
 
 
+def test_steps_are_read_a_page_at_a_time(server, client, monkeypatch):
+    _, runs, records = server
+    monkeypatch.setattr("openruns.api._client.MAX_STEPS_PAGE", 2)
+    steps = client.steps(runs[-1]["id"])
+    assert [row["step"] for row in steps] == [0, 1, 2]  # a page of two, then one of one
+    assert sum(row["count"] for row in steps) == len(records)
+
+
 def test_episodes_follow_cursors(server, client):
     _, runs, records = server
     rid = runs[-1]["id"]

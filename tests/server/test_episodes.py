@@ -76,6 +76,38 @@ def test_steps_sorting_filters_and_pages(client):
     assert row["tokens"] == 10 + int(row["id"].rsplit("-", 1)[1])
 
 
+def test_steps_come_in_pages_either_way_with_the_stepless_row_last(client):
+    rid = create_run(client)["id"]
+    records = [episode(i, step=i // 2, reward=float(i)) for i in range(20)]  # steps 0..9
+    records += [episode(100 + i, step=None, reward=None) for i in range(3)]
+    upload(client, rid, "episodes", ndjson(records))
+    path = f"/runs/{rid}/steps"
+
+    def walk(**params):
+        pages, after = [], None
+        while True:
+            query = {**params, **({"after": after} if after is not None else {})}
+            page = client.get(path, params=query).json()
+            pages.append([row["step"] for row in page])
+            if len(page) < params["limit"] or page[-1]["step"] is None:
+                return pages
+            after = page[-1]["step"]
+
+    assert walk(limit=4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, None]]
+    assert walk(limit=4, order="desc") == [[9, 8, 7, 6], [5, 4, 3, 2], [1, 0, None]]
+    assert walk(limit=5) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [None]]
+    newest = client.get(path, params={"order": "desc", "limit": 1}).json()
+    assert newest == [{"step": 9, "count": 2, "scored": 2, "avg_reward": 18.5, "off_policy": 0}]
+    stepless = client.get(path).json()[-1]
+    assert stepless == {"step": None, "count": 3, "scored": 0, "avg_reward": None, "off_policy": 0}
+    bounded = client.get(path, params={"step_min": 3, "step_max": 5, "order": "desc"}).json()
+    assert [row["step"] for row in bounded] == [5, 4, 3]  # a bound leaves out the stepless row
+    assert client.get(path, params={"step_min": 10}).json() == []
+    for bad in ({"limit": 0}, {"limit": 10_001}, {"order": "newest"}):
+        status, _, message = error_of(client.get(path, params=bad))
+        assert status == 422 and next(iter(bad)) in message, message
+
+
 def test_run_wide_pages_put_ties_in_arrival_order_and_nulls_last(client):
     """Pages of 3 over a whole run, across the turn from the rows with a value to the NULLs:
     each sort against a model. `-reward` is `reward` reversed, ties newest first; NULLs last

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from ..errors import ConfigurationError
 from ..settings import Settings
+from ..spec import MAX_STEPS_PAGE
 from ..wire import WireClient, retrying
 
 __all__ = ["Client"]
@@ -238,10 +239,18 @@ class Client:
         env: str | None = None,
     ) -> list[dict[str, Any]]:
         """Per step (dispatched at, or `by="trained"`): count, avg_reward and off_policy (how
-        many of its episodes were trained at another step than dispatched at)."""
+        many of its episodes were trained at another step than dispatched at); every step of
+        the run, read a page at a time."""
         params = {"stream": stream, "by": by, "kind": kind, "subset": subset, "env": env}
-        query = {k: v for k, v in params.items() if v is not None}
-        return cast(list[dict[str, Any]], self._get(f"{_run_path(run_id)}/steps", query))
+        query: dict[str, Any] = {k: v for k, v in params.items() if v is not None}
+        query["limit"] = MAX_STEPS_PAGE
+        rows: list[dict[str, Any]] = []
+        while True:
+            page = cast(list[dict[str, Any]], self._get(f"{_run_path(run_id)}/steps", query))
+            rows.extend(page)
+            if len(page) < MAX_STEPS_PAGE or page[-1]["step"] is None:
+                return rows
+            query["after"] = page[-1]["step"]
 
     def episode(self, run_id: str, episode_id: str, *, annotations: bool = True) -> dict[str, Any]:
         """One whole episode or trace, as it was logged, with the annotations about it folded

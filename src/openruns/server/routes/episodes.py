@@ -68,13 +68,30 @@ async def steps(
         int | None,
         Query(ge=-(2**63), le=MAX_STEP, description="only steps >= this (live polling)"),
     ] = None,
+    step_max: Annotated[
+        int | None, Query(ge=-(2**63), le=MAX_STEP, description="only steps <= this")
+    ] = None,
+    after: Annotated[
+        int | None,
+        Query(ge=-(2**63), le=MAX_STEP, description="the next page: steps past this one"),
+    ] = None,
+    order: Annotated[
+        Literal["asc", "desc"], Query(description="step order: desc for the newest first")
+    ] = "asc",
+    limit: Annotated[int, Query(ge=1, le=episode_sql.MAX_STEPS_PAGE)] = (
+        episode_sql.MAX_STEPS_PAGE
+    ),
     by: By = "dispatched",
     kind: Kind = None,
     subset: Subset = None,
     env: Annotated[str | None, Query(max_length=1024)] = None,
 ) -> JSON:
     """Per step (dispatched at, or trained at): how many records, their mean reward, and how
-    many of them are off-policy (trained at another step than dispatched at)."""
+    many of them are off-policy (trained at another step than dispatched at).
+
+    A page of at most `limit` steps in `order`; a page of `limit` rows may have a next one,
+    asked for `after` its last step. The records of no step are a row of step null after
+    every step, when neither bound is given."""
     run = await readable_run(state, caller, run_id)
     return JSON(
         await state.store.read(
@@ -83,6 +100,10 @@ async def steps(
             stream,
             step_min,
             by=by,
+            step_max=step_max,
+            after=after,
+            limit=limit,
+            descending=order == "desc",
             kind=kind,
             subset=subset,
             env=env,

@@ -43,12 +43,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.expression import ColumnElement
 
+from ...spec import MAX_STEPS_PAGE
 from . import alerts
 from .schema import RECORD_LOCATION, annotations_table, episode_subsets, episodes, segments
 from .sql import insert_ignore, unindexed
 
 __all__ = [
     "INDEX_COLUMNS",
+    "MAX_STEPS_PAGE",
     "SORTS",
     "add_segment",
     "frame_digests",
@@ -344,36 +346,55 @@ def steps(
     stream: str,
     step_min: int | None = None,
     by: StepMeaning = "dispatched",
+    *,
+    step_max: int | None = None,
+    after: int | None = None,
+    limit: int = MAX_STEPS_PAGE,
+    descending: bool = False,
     **filters: Any,
 ) -> list[dict[str, Any]]:
     """
     Per step (dispatched at, or with `by="trained"` trained at): count, `scored` (how many
     have a reward), mean reward (of the scored ones), and `off_policy`, how many of them were
     trained at another step than they were dispatched at.
-    With `step_min`, only steps >= it (no null step), so a live reader asks only for what may
-    have changed since it last looked. `filters`: kind, subset, env, ok.
+
+    A page of at most `limit` steps, in step order (`descending`: newest first), within
+    [`step_min`, `step_max`]; the next page is asked for `after` the last step of this one. The
+    records of no step come last, as a row of step None, on the page that ends the walk, when
+    no bound is given. Each page aggregates only its own steps' rows, walking the step's index
+    in order, so a page of a 10M-episode run costs what its steps hold (a live reader asks with
+    `step_min` for what may have changed since it last looked). `filters`: kind, subset, env, ok.
     """
     trained = _e.c.trained_step
     step = _e.c.step if by == "dispatched" else trained
     moved = and_(trained.is_not(None), trained != _e.c.step)
-    query = (
-        select(
-            step.label("step"),
-            func.count().label("count"),
-            func.count(_e.c.reward).label("scored"),
-            func.avg(_e.c.reward).label("avg_reward"),
-            func.coalesce(func.sum(case((moved, 1), else_=0)), 0).label("off_policy"),
-        )
-        .where(_e.c.run_seq == run_seq, _e.c.stream == stream)
-        .group_by(step)
-        .order_by(step.is_(None), step)
+    columns = (
+        func.count().label("count"),
+        func.count(_e.c.reward).label("scored"),
+        func.avg(_e.c.reward).label("avg_reward"),
+        func.coalesce(func.sum(case((moved, 1), else_=0)), 0).label("off_policy"),
     )
-    if by == "trained":
-        query = query.where(trained.is_not(None))
+    where = (_e.c.run_seq == run_seq, _e.c.stream == stream)
+    query = (
+        select(step.label("step"), *columns)
+        .where(*where, step.is_not(None))
+        .group_by(step)
+        .order_by(step.desc() if descending else step)
+        .limit(limit)
+    )
     if step_min is not None:
         query = query.where(step >= step_min)
-    query = _filtered(query, filters)
-    return [dict(r) for r in conn.execute(query).mappings()]
+    if step_max is not None:
+        query = query.where(step <= step_max)
+    if after is not None:
+        query = query.where(step < after if descending else step > after)
+    rows = [dict(r) for r in conn.execute(_filtered(query, filters)).mappings()]
+    if len(rows) < limit and step_min is None and step_max is None and by == "dispatched":
+        # Grouped by the step (None) so that it reads the step's index, not the run's rows.
+        stepless = select(step.label("step"), *columns).where(*where, step.is_(None))
+        query = _filtered(stepless.group_by(step), filters)
+        rows.extend(dict(r) for r in conn.execute(query).mappings())
+    return rows
 
 
 def page_for_export(

@@ -58,9 +58,9 @@ async function rebuild() {
   const palette = colors();
   state.grid = new ChartGrid(root, state.runs.map((run) => ({ runId: run.id, label: runLabel(run), color: palette.get(run.id), kind: run.kind, start: run.created_at })));
   const grid = state.grid;
-  // The steps (is there a reward band to draw, at the top?) and the keys, read side by side.
+  // The newest steps (is there a reward band to draw, at the top?) and the keys, side by side.
   const [steps, keys] = await Promise.all([
-    Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/steps`))),
+    Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/steps`, { order: "desc", limit: 500 }))),
     chartedKeys(state.runs),
   ]);
   if (grid !== state.grid) return; // rebuilt meanwhile, for other runs

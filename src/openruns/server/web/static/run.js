@@ -13,7 +13,9 @@
 // Live while the run is running (and for a while after it finishes, while late uploads are
 // still accepted): every POLL_MS it re-reads the run, the metric keys (one small row per key)
 // and only the points past the last step each chart has drawn (step_min), and the steps table
-// from the last step it holds on (step_min); it never downloads a history twice.
+// from the last step it holds on (step_min); it never downloads a history twice. The steps
+// table reads the newest STEPS_PAGE steps, and older pages as it is scrolled on ("Show more
+// steps"): a run of 100,000 steps and 10M episodes costs a page, not the run (issue 21).
 
 import {
   api, apiSend, fill, apiUrl, downloadLink, formatDuration, formatNumber, formatTime, h, linkRow, navigableRows,
@@ -29,6 +31,7 @@ const POLL_MS = 2000;
 const AFTER_FINISH_S = 90; // keep polling this long after the run finished (late uploads)
 const STEPS_SHOWN = 50;
 const LATE_STEPS = 8; // steps re-read behind the newest one (late episodes of async RL)
+const STEPS_PAGE = 500; // steps a read of /steps gives, newest first
 const TIMELINE_MS = 15000; // how often a live run's step times are read again
 const MEDIA_MS = 10000; // how often a live run's images and tables are listed again
 
@@ -40,6 +43,7 @@ const state = {
   keys: new Map(), // key -> {last_step, last_value, count}
   steps: new Map(), // step -> {count, avg_reward, off_policy}
   stepsShown: STEPS_SHOWN,
+  stepsOlder: false, // steps older than those held are still to be read
   maxStep: -1,
   signature: null, // of what the header and summary were last drawn from
   linesPrinted: null, // console lines of a run that ended in an error (read once it has)
@@ -223,8 +227,40 @@ function renderSteps() {
     });
   }));
   const more = document.getElementById("steps-more");
-  more.hidden = steps.length <= state.stepsShown;
-  more.textContent = `Show more steps (${steps.length - state.stepsShown} more)`;
+  more.hidden = steps.length <= state.stepsShown && !state.stepsOlder;
+  more.textContent = state.stepsOlder ? "Show more steps" : `Show more steps (${steps.length - state.stepsShown} more)`;
+}
+
+// The oldest and newest step held (null: none held), without spreading a run's steps into a call.
+function heldSteps() {
+  let oldest = null;
+  let newest = null;
+  for (const step of state.steps.keys()) {
+    if (step === null) continue;
+    if (oldest === null || step < oldest) oldest = step;
+    if (newest === null || step > newest) newest = step;
+  }
+  return { oldest, newest };
+}
+
+function keepSteps(rows) {
+  let changed = false;
+  for (const row of rows) {
+    const before = state.steps.get(row.step);
+    if (!before || before.count !== row.count || before.scored !== row.scored || before.avg_reward !== row.avg_reward || before.off_policy !== row.off_policy) {
+      state.steps.set(row.step, { count: row.count, scored: row.scored, avg_reward: row.avg_reward, off_policy: row.off_policy });
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+// The page of steps before the oldest held ("Show more steps").
+async function readOlderSteps() {
+  const { oldest } = heldSteps();
+  const rows = await api(`${base}/steps`, { ...stepsQuery(), order: "desc", limit: STEPS_PAGE, after: oldest ?? undefined }, { read: stepsView.join() });
+  keepSteps(rows);
+  state.stepsOlder = rows.length === STEPS_PAGE && rows.at(-1).step !== null;
 }
 
 // The mean of the scored records; with some unscored, also counting them as 0 (verifiers').
@@ -239,8 +275,7 @@ function updateSlider() {
   const slider = document.getElementById("slider");
   const range = document.getElementById("step-range");
   const number = document.getElementById("step-number");
-  const stepsWithEpisodes = [...state.steps.keys()].filter((s) => s !== null);
-  const max = Math.max(state.maxStep, ...stepsWithEpisodes, -1);
+  const max = Math.max(state.maxStep, heldSteps().newest ?? -1, -1);
   if (max < 1 || !state.keys.size) return; // it marks charts: none (or one step), no slider
   const follow = slider.hidden || Number(range.value) === Number(range.max);
   slider.hidden = false;
@@ -265,10 +300,14 @@ function selectStep(step) {
 const stepInfoView = new View();
 async function describeStep(step) {
   const info = document.getElementById("step-info");
-  const episodes = state.steps.get(step);
+  const read = stepInfoView.begin();
+  // A step older than the steps table holds is read on its own.
+  const unread = state.stepsOlder && step < (heldSteps().oldest ?? Infinity);
+  const stepRow = unread ? api(`${base}/steps`, { ...stepsQuery(), step_min: step, step_max: step }, { read }) : null;
   // A run of many keys: the values of the charted ones (a read names at most 500 keys).
   const keys = charted.on ? [...charted.keys].slice(0, 500).join(",") : undefined;
-  const values = await api(`${base}/metrics`, { keys, step_min: step, step_max: step, max_points: 0 }, { read: stepInfoView.begin() });
+  const values = await api(`${base}/metrics`, { keys, step_min: step, step_max: step, max_points: 0 }, { read });
+  const episodes = unread ? (await stepRow)[0] : state.steps.get(step);
   const shown = Object.entries(values.series)
     .filter(([, s]) => s.step.length)
     .map(([key, s]) => h("span", { class: "value" }, h("span", { class: "muted" }, key), " ", formatNumber(s.value[0])));
@@ -285,14 +324,19 @@ function setUpSlider() {
   const number = document.getElementById("step-number");
   range.addEventListener("input", () => selectStep(Number(range.value)));
   number.addEventListener("change", () => selectStep(Number(number.value)));
-  document.getElementById("steps-more").addEventListener("click", () => {
+  document.getElementById("steps-more").addEventListener("click", async () => {
     state.stepsShown += 200;
-    renderSteps();
+    try {
+      if (state.stepsOlder && state.stepsShown > state.steps.size) await readOlderSteps();
+    } finally {
+      renderSteps();
+    }
   });
   navigableRows(document.querySelector("#steps-table tbody"));
   for (const id of ["steps-by", "steps-kind"]) {
     document.getElementById(id).addEventListener("change", () => {
       state.steps.clear();
+      state.stepsOlder = false;
       renderSteps();
       pollSteps(stepsView.begin()).catch(showError);
     });
@@ -383,24 +427,22 @@ function stepsSearch() {
   return params.size ? `?${params}` : "";
 }
 
-// Steps from a few before the last one held on: with asynchronous RL, episodes are indexed at
-// the step they were dispatched at and can land a few steps late (and are trained later).
+// The newest page of steps, then steps from a few before the last one held on: with
+// asynchronous RL, episodes are indexed at the step they were dispatched at and can land a few
+// steps late (and are trained later). More new steps than a page since the last poll: the
+// table starts again from the newest page (what it holds stays one run of steps).
 // A change of the table's meaning or kind begins a read (the poll's joins): an answer for
 // the choice before never lands in the table.
 const stepsView = new View();
 async function pollSteps(read = stepsView.join()) {
-  const held = [...state.steps.keys()].filter((s) => s !== null);
-  const from = held.length ? Math.max(...held) - LATE_STEPS : undefined;
-  const rows = await api(`${base}/steps`, { step_min: from, ...stepsQuery() }, { read });
-  let changed = false;
-  for (const row of rows) {
-    const before = state.steps.get(row.step);
-    if (!before || before.count !== row.count || before.scored !== row.scored || before.avg_reward !== row.avg_reward || before.off_policy !== row.off_policy) {
-      state.steps.set(row.step, { count: row.count, scored: row.scored, avg_reward: row.avg_reward, off_policy: row.off_policy });
-      changed = true;
-    }
+  const { newest } = heldSteps();
+  const from = newest === null ? undefined : newest - LATE_STEPS;
+  const rows = await api(`${base}/steps`, { ...stepsQuery(), order: "desc", limit: STEPS_PAGE, step_min: from }, { read });
+  if (from === undefined || rows.length === STEPS_PAGE) {
+    if (from !== undefined) state.steps.clear();
+    state.stepsOlder = rows.length === STEPS_PAGE && rows.at(-1).step !== null;
   }
-  if (changed) {
+  if (keepSteps(rows)) {
     renderSteps();
     // Bands from two steps on: one step's rewards are its row in the steps table (issue 24).
     if ([...state.steps].filter(([step, row]) => step !== null && row.avg_reward !== null).length > 1) grid.addBands();

@@ -222,7 +222,7 @@ async function loadMore() {
 }
 
 async function stepRow(read) {
-  const rows = await api(`${base}/steps`, { ...stepQuery(), step_min: step }, { read });
+  const rows = await api(`${base}/steps`, { ...stepQuery(), step_min: step, step_max: step }, { read });
   return rows.find((r) => r.step === step) || { count: 0, scored: 0, avg_reward: null, off_policy: 0 };
 }
 
@@ -269,18 +269,17 @@ async function drawHistogram() {
   figure.dataset.count = String(values.length);
 }
 
-// Neighbouring steps that have records (in the step's meaning and kind).
-function neighbourSteps(rows) {
-  const steps = rows.map((r) => r.step).filter((s) => s !== null);
-  const prev = steps.filter((s) => s < step).pop();
-  const next = steps.find((s) => s > step);
-  state.neighbours = { "step-prev": prev, "step-next": next };
+// Neighbouring steps that have records (in the step's meaning and kind): a row each side.
+async function linkSteps() {
+  const read = neighboursView.begin();
+  const [before, after] = await Promise.all([
+    api(`${base}/steps`, { ...stepQuery(), order: "desc", after: step, limit: 1 }, { read }),
+    api(`${base}/steps`, { ...stepQuery(), after: step, limit: 1 }, { read }),
+  ]);
+  const stepOf = (rows) => (rows.length && rows[0].step !== null ? rows[0].step : undefined);
+  state.neighbours = { "step-prev": stepOf(before), "step-next": stepOf(after) };
   for (const id of ["step-prev", "step-next"]) el(id).hidden = state.neighbours[id] === undefined;
   linkNeighbours();
-}
-
-async function linkSteps() {
-  neighbourSteps(await api(`${base}/steps`, stepQuery(), { read: neighboursView.begin() }));
 }
 
 // Two ticked rows, or one with the episode pinned on its page, open side by side.
