@@ -141,6 +141,8 @@ def install(handler: Callable[[int, Any], None], signals: frozenset[int]) -> Non
     global _relay
     if threading.current_thread() is not threading.main_thread():
         return
+    if not hasattr(signal, "pthread_kill"):  # Windows: no signal to send a thread
+        return
     if _relay is None:
         _relay = _Relay()
     _relay.install(handler, signals)
