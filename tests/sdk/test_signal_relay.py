@@ -31,15 +31,14 @@ def main_is_asleep():
     with open(f"{task}/wchan") as wchan, open(f"{task}/stat") as stat:
         return "nanosleep" in wchan.read() and stat.read().rsplit(")", 1)[1].split()[0] == "S"
 
-def take_the_signal():
+def take_the_signal(signum=signal.SIGINT):
     deadline = time.monotonic() + 60
     while not main_is_asleep() and time.monotonic() < deadline:
         time.sleep(0.01)
     print("main asleep:", main_is_asleep(), flush=True)
-    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
-
-threading.Thread(target=take_the_signal).start()
+    signal.pthread_kill(threading.get_ident(), signum)
 """
+TAKE_SIGINT = TAKEN_ON_ANOTHER_THREAD + "threading.Thread(target=take_the_signal).start()\n"
 
 
 def _status(tmp_path):
@@ -49,13 +48,28 @@ def _status(tmp_path):
 
 def test_a_ctrl_c_the_sleeping_main_thread_did_not_take_still_interrupts_it(tmp_path):
     # Without the relay the main thread sleeps its hour, and the test ends at its bound.
-    code = OPEN + TAKEN_ON_ANOTHER_THREAD + "import time\ntime.sleep(3600)\n"
+    code = OPEN + TAKE_SIGINT + "import time\ntime.sleep(3600)\n"
     proc = spawn(code, tmp_path)
     out, err = proc.communicate(timeout=patience.EXIT)
     assert "main asleep: True" in out, (out, err)
     sleep_line = code.splitlines().index("time.sleep(3600)") + 1
     assert f"line {sleep_line}, in <module>\nKeyboardInterrupt" in err, err  # from the sleep
     assert _status(tmp_path) == ("cancelled", "interrupted (KeyboardInterrupt)")
+
+
+def test_a_sigterm_the_sleeping_main_thread_did_not_take_still_closes_the_run(tmp_path):
+    # A scheduler's stop: without the relay the run stays open until its SIGKILL.
+    code = (
+        OPEN
+        + TAKEN_ON_ANOTHER_THREAD
+        + "threading.Thread(target=take_the_signal, args=(signal.SIGTERM,)).start()\n"
+        + "time.sleep(3600)\n"
+    )
+    proc = spawn(code, tmp_path)
+    out, err = proc.communicate(timeout=patience.EXIT)
+    assert "main asleep: True" in out, (out, err)
+    assert proc.returncode == -signal.SIGTERM, err  # closed, then the default disposition
+    assert _status(tmp_path) == ("crashed", "terminated by SIGTERM")
 
 
 def test_a_handled_ctrl_c_is_not_sent_again(tmp_path):
@@ -98,7 +112,7 @@ def mine(signum, frame):
     calls += 1
 signal.signal(signal.SIGINT, mine)
 """
-        + TAKEN_ON_ANOTHER_THREAD
+        + TAKE_SIGINT
         + """
 import time
 time.sleep(3)  # the pending signal waits for it (the relay leaves it alone)
