@@ -52,6 +52,18 @@ def explained(store: Store, call: Callable, explain: str, *settings: str) -> lis
         ]
 
 
+def postgres_plans(stores_factory, tmp_path, call: Callable) -> list[str]:
+    """As plans_of, on a new PostgreSQL store, with sorts and sequential scans priced out: it
+    plans an empty table from no statistics, so a plan that still sorts has no index in its
+    order, or a condition (the cursor's) that keeps it from walking one."""
+    store = stores_factory.new("postgres", tmp_path).open_store()
+    try:
+        off = ("SET LOCAL enable_sort = off", "SET LOCAL enable_seqscan = off")
+        return explained(store, call, "EXPLAIN ", *off)
+    finally:
+        store.close()
+
+
 def test_held_ids_are_probed_by_id(tmp_path):
     def held(conn):
         assert _held_subsets(conn, 1, "episodes", [f"e{i}" for i in range(600)]) == {}
@@ -142,15 +154,7 @@ def test_a_steps_rewards_are_read_by_the_steps_index(tmp_path):
 
 
 def test_run_wide_pages_walk_an_index_on_postgres_too(stores_factory, tmp_path):
-    """PostgreSQL plans an empty table from no statistics, so sorts and sequential scans are
-    priced out here: a plan that still sorts has no index in its order, or a condition (the
-    cursor's) that keeps it from walking one."""
-    store = stores_factory.new("postgres", tmp_path).open_store()
-    try:
-        off = ("SET LOCAL enable_sort = off", "SET LOCAL enable_seqscan = off")
-        plans = explained(store, listings, "EXPLAIN ", *off)
-    finally:
-        store.close()
+    plans = postgres_plans(stores_factory, tmp_path, listings)
     assert len(plans) == 3 * (2 + 3 + 1)
     for plan in plans:
         assert "Sort" not in plan, plan
@@ -178,12 +182,7 @@ def test_a_page_of_the_steps_table_walks_the_steps_index(tmp_path):
 
 
 def test_a_page_of_the_steps_table_walks_the_steps_index_on_postgres_too(stores_factory, tmp_path):
-    store = stores_factory.new("postgres", tmp_path).open_store()
-    try:
-        off = ("SET LOCAL enable_sort = off", "SET LOCAL enable_seqscan = off")
-        plans = explained(store, step_tables, "EXPLAIN ", *off)
-    finally:
-        store.close()
+    plans = postgres_plans(stores_factory, tmp_path, step_tables)
     assert len(plans) == 8 + 4
     for plan in plans:
         assert "Sort" not in plan and "HashAggregate" not in plan, plan

@@ -144,6 +144,17 @@ def post_logs(base_url: str, run_id: str, lines: list[dict[str, Any]]) -> None:
     response.raise_for_status()
 
 
+def finished_run(http: httpx.Client, name: str, uploads: dict[str, bytes]) -> str:
+    """A train run made over the API (`http` at /api/v1) with each upload (kind: NDJSON body)
+    stored, then finished; its id."""
+    run_id = http.post("/runs", json={"kind": "train", "name": name}).json()["id"]
+    for kind, body in uploads.items():
+        answer = http.post(f"/runs/{run_id}/{kind}", content=body)
+        assert answer.status_code == 200, answer.text
+    assert http.post(f"/runs/{run_id}/finish", json={"status": "completed"}).is_success
+    return str(run_id)
+
+
 def seed(base_url: str, local: Path) -> Seeded:
     rng = random.Random(7)
     config = local / "rl.toml"

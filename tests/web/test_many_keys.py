@@ -15,6 +15,7 @@ from openruns.server import ServerHandle, serve_in_thread
 from .. import patience
 from ..browser import own_page
 from .chart_view import lines, plot
+from .seed import finished_run
 
 KEYS = 20_000
 
@@ -25,20 +26,17 @@ def many(tmp_path_factory) -> Iterator[tuple[ServerHandle, str]]:
     `hot/*` ones at steps 0-2: the most recent)."""
     handle = serve_in_thread(tmp_path_factory.mktemp("many-keys") / "data")
     # One upload of 40,000 points across 20,000 keys: over 60 s at load 17 (its block summaries).
+    values = {f"layer{i // 100:03d}/unit{i % 100:02d}": float(i) for i in range(KEYS - 10)}
+    hot = {f"hot/m{i}": float(i) for i in range(10)}
+    rows = [
+        {"step": 0, "values": {**values, **hot}},
+        {"step": 1, "values": {**values, **hot}},
+        {"step": 2, "values": hot},
+    ]
+    body = b"".join(orjson.dumps(row) + b"\n" for row in rows)
     with httpx.Client(base_url=handle.url + "/api/v1", timeout=patience.SETTLE) as http:
-        run = http.post("/runs", json={"kind": "train", "name": "many-keys"}).json()
-        values = {f"layer{i // 100:03d}/unit{i % 100:02d}": float(i) for i in range(KEYS - 10)}
-        hot = {f"hot/m{i}": float(i) for i in range(10)}
-        rows = [
-            {"step": 0, "values": {**values, **hot}},
-            {"step": 1, "values": {**values, **hot}},
-            {"step": 2, "values": hot},
-        ]
-        body = b"".join(orjson.dumps(row) + b"\n" for row in rows)
-        answer = http.post(f"/runs/{run['id']}/metrics", content=body)
-        assert answer.status_code == 200, answer.text
-        assert http.post(f"/runs/{run['id']}/finish", json={"status": "completed"}).is_success
-    yield handle, run["id"]
+        run_id = finished_run(http, "many-keys", {"metrics": body})
+    yield handle, run_id
     handle.stop()
 
 

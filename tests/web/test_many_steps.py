@@ -16,6 +16,7 @@ from openruns.server import ServerHandle, serve_in_thread
 from .. import patience
 from ..browser import own_page
 from ..server.helpers import episode, metric_rows, ndjson
+from .seed import finished_run
 
 STEPS = 1203  # two pages of 500 and one of 203 (run.js STEPS_PAGE)
 
@@ -25,16 +26,12 @@ def many(tmp_path_factory) -> Iterator[tuple[ServerHandle, str]]:
     """A server of its own with one finished run: an episode at each of STEPS steps, two with no
     step, and one metric at every step (the slider's)."""
     handle = serve_in_thread(tmp_path_factory.mktemp("many-steps") / "data")
+    records = [episode(i, step=i, reward=float(i % 2)) for i in range(STEPS)]
+    records += [episode(STEPS + i, step=None, reward=None) for i in range(2)]  # type: ignore[arg-type]
+    uploads = {"episodes": ndjson(records), "metrics": metric_rows(range(STEPS), loss=1.0)}
     with httpx.Client(base_url=handle.url + "/api/v1", timeout=patience.SETTLE) as http:
-        run = http.post("/runs", json={"kind": "train", "name": "many-steps"}).json()
-        records = [episode(i, step=i, reward=float(i % 2)) for i in range(STEPS)]
-        records += [episode(STEPS + i, step=None, reward=None) for i in range(2)]  # type: ignore[arg-type]
-        metrics = metric_rows(range(STEPS), loss=1.0)
-        for kind, body in (("episodes", ndjson(records)), ("metrics", metrics)):
-            answer = http.post(f"/runs/{run['id']}/{kind}", content=body)
-            assert answer.status_code == 200, answer.text
-        assert http.post(f"/runs/{run['id']}/finish", json={"status": "completed"}).is_success
-    yield handle, run["id"]
+        run_id = finished_run(http, "many-steps", uploads)
+    yield handle, run_id
     handle.stop()
 
 
