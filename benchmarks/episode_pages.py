@@ -6,9 +6,10 @@ through a real `openruns server` over HTTP, 100 rows a page:
 
   a step's page sorted by reward; the run's first page by step, by reward, by -reward, filtered
   ok=true, filtered env=code; a page deep in each (from a cursor in the middle of the run); the
-  turn from the rows with a value to the NULLs; a page among the NULLs. Then the per-step table
-  (`/steps`) as the dashboard reads it: the newest page, an older one, a live poll, one step's
-  row and a neighbour's, and the largest page the API gives.
+  turn from the rows with a value to the NULLs; a page among the NULLs; a filter that matches
+  ~40 rows, all of the lowest reward (env=rare): its first page, and its whole walk. Then the
+  per-step table (`/steps`) as the dashboard reads it: the newest page, an older one, a live
+  poll, one step's row and a neighbour's, and the largest page the API gives.
 
 The run: 100 episodes a step, 1 % without a step, rewards 0 or 1 (40 % each: ties by the
 million), 10 % a fraction, 10 % none; ok 90 % true; env `code` for 1 in 53 (so not only the
@@ -48,7 +49,8 @@ SELECT {run}, 'episodes', 'ep-' || g,
   CASE WHEN g % 100 = 7 THEN NULL ELSE g / 100 END,
   CASE WHEN g % 10 < 4 THEN 0.0 WHEN g % 10 < 8 THEN 1.0 WHEN g % 10 = 8 THEN (g % 997) / 997.0
        ELSE NULL END,
-  CASE WHEN g % 53 = 3 THEN 'code' ELSE 'math' END, g % 10 <> 5, 'train', {segment}, 0, 1, 0, 1
+  CASE WHEN g % 53 = 3 THEN 'code' WHEN g % 100003 = 0 AND g % 10 < 4 THEN 'rare'
+       ELSE 'math' END, g % 10 <> 5, 'train', {segment}, 0, 1, 0, 1
 """
 _COLUMNS = (
     "run_seq, stream, episode_id, step, reward, env, ok, kind, segment_id,"
@@ -127,6 +129,11 @@ def reads(count: int) -> list[tuple[str, str, dict[str, Any]]]:
         ("first page, sort=-reward", {"sort": "-reward"}),
         ("first page, ok=true", {"ok": "true"}),
         ("first page, env=code, sort=-reward", {"env": "code", "sort": "-reward"}),
+        (
+            "first page, env=rare (~40 rows, all of reward 0), sort=-reward",
+            {"env": "rare", "sort": "-reward"},
+        ),
+        ("first page, env=rare, sort=step", {"env": "rare"}),
         ("deep page, sort=step", {"cursor": cursor(count // 200, middle)}),
         ("deep page, sort=reward", {"sort": "reward", "cursor": cursor(1.0, middle)}),
         ("deep page, sort=-reward", {"sort": "-reward", "cursor": cursor(0.0, middle)}),
@@ -169,6 +176,22 @@ def measure(url: str, run_id: str, count: int, repeats: int) -> list[str]:
             else:
                 p50, p95 = p50_p95(times[1:])
                 out.append(f"| {label} | {rows} | {p50:.0f} | {p95:.0f} |")
+        for sort in ("-reward", "step"):  # a rare filter's whole walk, page after page
+            params: dict[str, Any] = {"env": "rare", "sort": sort, "limit": 100}
+            start, requests, found, slowest = time.perf_counter(), 0, 0, 0.0
+            while True:
+                began = time.perf_counter()
+                body = client.get(f"/runs/{run_id}/episodes", params=params).json()
+                slowest = max(slowest, time.perf_counter() - began)
+                requests, found = requests + 1, found + len(body["items"])
+                if body["next_cursor"] is None:
+                    break
+                params["cursor"] = body["next_cursor"]
+            out.append(
+                f"| every page of env=rare, sort={sort}: {requests} requests, slowest "
+                f"{slowest * 1000:.0f} ms | {found} | {(time.perf_counter() - start) * 1000:.0f} "
+                "(all) | |"
+            )
     return out
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-from sqlalchemy import event
+from sqlalchemy import event, insert
 
 from openruns.server.store import Store
 from openruns.server.store.episodes import SORTS, _held_subsets, list_episodes, steps
 from openruns.server.store.rewards import step_rewards
+from openruns.server.store.schema import episodes
 
 BY_ID = "ix_episodes_run_id (run_seq=? AND episode_id=?)"
 
@@ -187,3 +188,36 @@ def test_a_page_of_the_steps_table_walks_the_steps_index_on_postgres_too(stores_
     for plan in plans:
         assert "Sort" not in plan and "HashAggregate" not in plan, plan
         assert "ix_episodes_run_step" in plan or "ix_episodes_run_trained" in plan, plan
+
+
+def scanned_listings(conn):
+    """Filtered run-wide pages over 12 rows, two index entries a window and one window a page
+    (monkeypatched): windows end inside ties, among the NULLs and past a cursor."""
+    rows = [
+        {
+            "run_seq": 1, "stream": "episodes", "episode_id": f"e{i}",
+            "step": i % 3 if i % 5 else None, "reward": i % 2 if i % 4 else None,
+            "env": "math", "ok": True, "kind": "train", "segment_id": 1,
+            "frame_offset": 0, "frame_length": 1, "offset": 0, "length": 1,
+        }
+        for i in range(12)
+    ]  # fmt: skip
+    conn.execute(insert(episodes), rows)
+    for sort, after in itertools.product(SORTS, (None, (1, 5), (None, 5))):
+        page, _ = list_episodes(
+            conn, 1, stream="episodes", step=None, sort=sort, limit=50, after=after, env="code"
+        )
+        assert page == []
+
+
+def test_a_filtered_run_wide_page_walks_its_window_by_the_index(tmp_path, monkeypatch):
+    """A rare filter on a run-wide sort walked the index to the end of the run for a page
+    (2.8 s at 10M episodes); now a window of it at a time: the window's end read from the
+    index alone, then the rows within it by the same index, in its order."""
+    monkeypatch.setattr("openruns.server.store.episodes.SCAN_ROWS", 2)
+    monkeypatch.setattr("openruns.server.store.episodes.SCAN_SECONDS", 0.0)
+    plans = plans_of(tmp_path, scanned_listings)
+    assert len(plans) >= 2 * 3 * 3
+    for plan in plans:
+        assert "TEMP B-TREE" not in plan, plan
+        assert "ix_episodes_run_step" in plan or "ix_episodes_run_reward" in plan, plan

@@ -27,6 +27,7 @@ read by subset finds it under each (issue 20).
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
 from sqlalchemy import (
@@ -265,25 +266,77 @@ def list_episodes(
     if step is not None:
         query = query.where((_e.c.trained_step if by == "trained" else _e.c.step) == step)
     query = _filtered(query, filters)
-    # A page is read in parts, each an index walk in the page's order (col, seq), until it is
-    # full: the rest of the cursor's ties, the values beyond it, then the NULLs. Each part names
-    # the whole order: among ties or NULLs that is seq's order, and PostgreSQL only walks the
-    # index under `col IS NULL` when told so. A row-value bound `(col, seq) > (?, ?)` would be
-    # one part, but SQLite seeks only on `col` with it (seq is its rowid), reading every tie.
+    # A page is read in parts, each an index walk in the page's order (col, seq) (_parts).
     order = (col.desc(), _e.c.seq.desc()) if descending else (col, _e.c.seq)
-    parts: list[ColumnElement[bool]]
-    if after is None:
-        parts = [col.is_not(None), col.is_(None)]
+    filtered = any(filters.get(name) is not None for name in _FILTERS)
+    if step is None and filtered and conn.dialect.name == "sqlite":
+        walk = select(col, _e.c.seq).where(_e.c.run_seq == run_seq, _e.c.stream == stream)
+        rows, cursor = _scanned_page(conn, query, walk, col, order, descending, limit, after)
     else:
-        value, seq = after
-        # A step's page must not seek by seq (see below): SQLite would take a (col, seq) index.
-        mark = _e.c.seq if step is None else unindexed(_e.c.seq)
-        seq_beyond = mark < seq if descending else mark > seq
-        if value is None:
-            parts = [and_(col.is_(None), seq_beyond)]
-        else:
-            beyond = col < value if descending else col > value
-            parts = [and_(col == value, seq_beyond), beyond, col.is_(None)]
+        rows, cursor = _page(query, col, order, descending, limit, after, step, conn)
+    for row in rows:
+        del row["_key"], row["seq"]
+    return rows, cursor
+
+
+# A run-wide page with a filter walks the index in its order and keeps the rows that match: on
+# SQLite (no statistics) a rare value (env=, ok=false) passed over millions of rows before its
+# page was full (5.5 s at 10M episodes). So there it walks SCAN_ROWS index entries at a time,
+# and answers after SCAN_SECONDS with what it has (fewer rows than asked, even none) and a
+# cursor after the last entry it walked; the next page goes on from there. PostgreSQL plans
+# from its statistics: a rare value is a scan of the table (1.1 s at 10M), which windows of
+# the index made 13 times slower over the whole walk (docs/decisions.md).
+SCAN_ROWS = 20_000
+SCAN_SECONDS = 0.25
+_FILTERS = ("kind", "subset", "env", "ok")
+
+
+def _parts(
+    col: Any, descending: bool, after: tuple[Any, int] | None, seq: Any = _e.c.seq
+) -> list[ColumnElement[bool]]:
+    """What follows `after` in the page's order (col, seq), as parts each walked in that order:
+    the rest of the cursor's ties, the values beyond it, then the NULLs. Each part names the
+    whole order: among ties or NULLs that is seq's order, and PostgreSQL only walks the index
+    under `col IS NULL` when told so. A row-value bound `(col, seq) > (?, ?)` would be one
+    part, but SQLite seeks only on `col` with it (seq is its rowid), reading every tie."""
+    if after is None:
+        return [col.is_not(None), col.is_(None)]
+    value, last = after
+    seq_beyond = seq < last if descending else seq > last
+    if value is None:
+        return [and_(col.is_(None), seq_beyond)]
+    beyond = col < value if descending else col > value
+    return [and_(col == value, seq_beyond), beyond, col.is_(None)]
+
+
+def _within(
+    part: ColumnElement[bool], col: Any, descending: bool, end: Any, in_ties: bool
+) -> list[ColumnElement[bool]]:
+    """`part` up to and including the index entry `end` (col, seq), as pieces each an index
+    range walked in the page's order: the values before end's, then end's ties up to its seq.
+    In a part of one value's ties (or the NULLs), only the seq bound: a value bound there
+    (`col = v AND col < v`) would not stop the walk through every tie."""
+    value, last = end
+    seq_within = _e.c.seq >= last if descending else _e.c.seq <= last
+    if value is None or in_ties:
+        return [and_(part, seq_within)]
+    before = col > value if descending else col < value
+    return [and_(part, before), and_(part, col == value, seq_within)]
+
+
+def _page(
+    query: Any,
+    col: Any,
+    order: tuple[Any, ...],
+    descending: bool,
+    limit: int,
+    after: tuple[Any, int] | None,
+    step: int | None,
+    conn: Connection,
+) -> tuple[list[dict[str, Any]], tuple[Any, int] | None]:
+    """A page read part after part until it is full."""
+    # A step's page must not seek by seq: SQLite would take a (col, seq) index (sql.unindexed).
+    parts = _parts(col, descending, after, _e.c.seq if step is None else unindexed(_e.c.seq))
     if step is not None:
         # One step's rows: the step's index finds them and they are few enough to sort, in one
         # statement. Read in parts, SQLite walks the run's reward index instead (sql.unindexed).
@@ -293,14 +346,44 @@ def list_episodes(
         statement = query.where(part).order_by(*order).limit(limit + 1 - len(rows))
         rows += [dict(r) for r in conn.execute(statement).mappings()]
         if len(rows) > limit:
-            break
-    cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        cursor = (rows[-1]["_key"], rows[-1]["seq"])
-    for row in rows:
-        del row["_key"], row["seq"]
-    return rows, cursor
+            rows = rows[:limit]
+            return rows, (rows[-1]["_key"], rows[-1]["seq"])
+    return rows, None
+
+
+def _scanned_page(
+    conn: Connection,
+    query: Any,
+    walk: Any,
+    col: Any,
+    order: tuple[Any, ...],
+    descending: bool,
+    limit: int,
+    after: tuple[Any, int] | None,
+) -> tuple[list[dict[str, Any]], tuple[Any, int] | None]:
+    """A filtered run-wide page: SCAN_ROWS index entries at a time, for SCAN_SECONDS. `walk`
+    selects (col, seq) of the run's stream."""
+    deadline = time.monotonic() + SCAN_SECONDS
+    rows: list[dict[str, Any]] = []
+    position = after
+    while True:
+        for n, part in enumerate(_parts(col, descending, position)):
+            window = walk.where(part).order_by(*order).offset(SCAN_ROWS - 1).limit(1)
+            end = conn.execute(window).first()
+            in_ties = n == 0 and position is not None  # the cursor's ties: end is one of them
+            for piece in [part] if end is None else _within(part, col, descending, end, in_ties):
+                statement = query.where(piece).order_by(*order).limit(limit + 1 - len(rows))
+                rows += [dict(r) for r in conn.execute(statement).mappings()]
+                if len(rows) > limit:
+                    rows = rows[:limit]
+                    return rows, (rows[-1]["_key"], rows[-1]["seq"])
+            if end is not None:
+                position = (end[0], end[1])
+                break  # on from the window's end, in parts again
+        else:
+            return rows, None  # every part walked to its end
+        if time.monotonic() > deadline:
+            return rows, position
 
 
 def _by_id(
