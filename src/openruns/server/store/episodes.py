@@ -273,7 +273,7 @@ def list_episodes(
         walk = select(col, _e.c.seq).where(_e.c.run_seq == run_seq, _e.c.stream == stream)
         rows, cursor = _scanned_page(conn, query, walk, col, order, descending, limit, after)
     else:
-        rows, cursor = _page(query, col, order, descending, limit, after, step, conn)
+        rows, cursor = _page(conn, query, col, order, descending, limit, after, step)
     for row in rows:
         del row["_key"], row["seq"]
     return rows, cursor
@@ -325,6 +325,7 @@ def _within(
 
 
 def _page(
+    conn: Connection,
     query: Any,
     col: Any,
     order: tuple[Any, ...],
@@ -332,7 +333,6 @@ def _page(
     limit: int,
     after: tuple[Any, int] | None,
     step: int | None,
-    conn: Connection,
 ) -> tuple[list[dict[str, Any]], tuple[Any, int] | None]:
     """A page read part after part until it is full."""
     # A step's page must not seek by seq: SQLite would take a (col, seq) index (sql.unindexed).
@@ -343,12 +343,22 @@ def _page(
         parts, order = [or_(*parts)], (col.is_(None), *order)
     rows: list[dict[str, Any]] = []
     for part in parts:
-        statement = query.where(part).order_by(*order).limit(limit + 1 - len(rows))
-        rows += [dict(r) for r in conn.execute(statement).mappings()]
-        if len(rows) > limit:
-            rows = rows[:limit]
-            return rows, (rows[-1]["_key"], rows[-1]["seq"])
+        if cursor := _fill(conn, query.where(part), order, rows, limit):
+            return rows, cursor
     return rows, None
+
+
+def _fill(
+    conn: Connection, query: Any, order: tuple[Any, ...], rows: list[dict[str, Any]], limit: int
+) -> tuple[Any, int] | None:
+    """`query`'s rows in `order` added to `rows`, up to a page; once it is full (cut to `limit`),
+    the next page's cursor."""
+    statement = query.order_by(*order).limit(limit + 1 - len(rows))
+    rows += [dict(r) for r in conn.execute(statement).mappings()]
+    if len(rows) <= limit:
+        return None
+    del rows[limit:]
+    return rows[-1]["_key"], rows[-1]["seq"]
 
 
 def _scanned_page(
@@ -372,11 +382,8 @@ def _scanned_page(
             end = conn.execute(window).first()
             in_ties = n == 0 and position is not None  # the cursor's ties: end is one of them
             for piece in [part] if end is None else _within(part, col, descending, end, in_ties):
-                statement = query.where(piece).order_by(*order).limit(limit + 1 - len(rows))
-                rows += [dict(r) for r in conn.execute(statement).mappings()]
-                if len(rows) > limit:
-                    rows = rows[:limit]
-                    return rows, (rows[-1]["_key"], rows[-1]["seq"])
+                if cursor := _fill(conn, query.where(piece), order, rows, limit):
+                    return rows, cursor
             if end is not None:
                 position = (end[0], end[1])
                 break  # on from the window's end, in parts again
