@@ -123,13 +123,10 @@ class _Relay:
         # The child's signals are not the parent's to relay: its watching thread is gone, and
         # the socket is shared with the parent's.
         global _relay
-        if self.installed:
-            try:
-                if signal.set_wakeup_fd(-1) != self._writer.fileno():
-                    signal.set_wakeup_fd(-1)
-            except ValueError:  # forked from a thread CPython does not take as main
-                pass
-        self.installed = False
+        try:
+            self.uninstall()  # ours goes; a wakeup fd someone took over stays theirs
+        except ValueError:  # forked from a thread CPython does not take as main
+            self.installed = False
         _relay = None
 
 

@@ -14,7 +14,7 @@
 // still accepted): every POLL_MS it re-reads the run, the metric keys (one small row per key)
 // and only the points past the last step each chart has drawn (step_min), and the steps table
 // from the last step it holds on (step_min); it never downloads a history twice. The steps
-// table reads the newest STEPS_PAGE steps, and older pages as it is scrolled on ("Show more
+// table reads the newest STEPS_PAGE steps, and older pages as more are shown ("Show more
 // steps"): a run of 100,000 steps and 10M episodes costs a page, not the run (issue 21).
 
 import {
@@ -260,7 +260,13 @@ async function readOlderSteps() {
   const { oldest } = heldSteps();
   const rows = await api(`${base}/steps`, { ...stepsQuery(), order: "desc", limit: STEPS_PAGE, after: oldest ?? undefined }, { read: stepsView.join() });
   keepSteps(rows);
-  state.stepsOlder = rows.length === STEPS_PAGE && rows.at(-1).step !== null;
+  state.stepsOlder = olderAfter(rows);
+}
+
+// Whether steps older than a newest-first page of them remain (its last row is not the
+// records of no step, which end the walk).
+function olderAfter(rows) {
+  return rows.length === STEPS_PAGE && rows.at(-1).step !== null;
 }
 
 // The mean of the scored records; with some unscored, also counting them as 0 (verifiers').
@@ -303,11 +309,13 @@ async function describeStep(step) {
   const read = stepInfoView.begin();
   // A step older than the steps table holds is read on its own.
   const unread = state.stepsOlder && step < (heldSteps().oldest ?? Infinity);
-  const stepRow = unread ? api(`${base}/steps`, { ...stepsQuery(), step_min: step, step_max: step }, { read }) : null;
   // A run of many keys: the values of the charted ones (a read names at most 500 keys).
   const keys = charted.on ? [...charted.keys].slice(0, 500).join(",") : undefined;
-  const values = await api(`${base}/metrics`, { keys, step_min: step, step_max: step, max_points: 0 }, { read });
-  const episodes = unread ? (await stepRow)[0] : state.steps.get(step);
+  const [values, stepRows] = await Promise.all([
+    api(`${base}/metrics`, { keys, step_min: step, step_max: step, max_points: 0 }, { read }),
+    unread ? api(`${base}/steps`, { ...stepsQuery(), step_min: step, step_max: step }, { read }) : null,
+  ]);
+  const episodes = unread ? stepRows[0] : state.steps.get(step);
   const shown = Object.entries(values.series)
     .filter(([, s]) => s.step.length)
     .map(([key, s]) => h("span", { class: "value" }, h("span", { class: "muted" }, key), " ", formatNumber(s.value[0])));
@@ -440,7 +448,7 @@ async function pollSteps(read = stepsView.join()) {
   const rows = await api(`${base}/steps`, { ...stepsQuery(), order: "desc", limit: STEPS_PAGE, step_min: from }, { read });
   if (from === undefined || rows.length === STEPS_PAGE) {
     if (from !== undefined) state.steps.clear();
-    state.stepsOlder = rows.length === STEPS_PAGE && rows.at(-1).step !== null;
+    state.stepsOlder = olderAfter(rows);
   }
   if (keepSteps(rows)) {
     renderSteps();
