@@ -167,3 +167,22 @@ print("parent's is set", signal.set_wakeup_fd(-1) != -1, flush=True)
     proc = python(code, tmp_path)
     assert "child's wakeup fd -1\n" in proc.stdout, proc.stderr
     assert "parent's is set True\n" in proc.stdout, proc.stderr
+
+
+def test_a_forked_child_keeps_a_wakeup_fd_someone_took_over(tmp_path):
+    code = (
+        OPEN
+        + """
+import os, signal, socket
+theirs, _ = socket.socketpair()
+theirs.setblocking(False)
+signal.set_wakeup_fd(theirs.fileno())  # an event loop's, after the run opened
+pid = os.fork()
+if pid == 0:
+    print("child's is theirs", signal.set_wakeup_fd(-1) == theirs.fileno(), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+    )
+    proc = python(code, tmp_path)
+    assert "child's is theirs True\n" in proc.stdout, proc.stderr
