@@ -19,6 +19,16 @@ _RUN_ENV = (
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Every test speaks plain HTTP on loopback, yet each httpx client (one a call of
+    `httpx.get`) builds a verifying TLS context: ~25 ms of CPU loading the machine's bundle.
+    An empty trust store (a certificate directory that holds none, read on demand) makes that
+    free; a test that reached for TLS would fail verification, not pass by it. Set before
+    xdist's workers start, so they and the tests' subprocesses inherit it."""
+    os.environ.pop("SSL_CERT_FILE", None)
+    os.environ["SSL_CERT_DIR"] = os.devnull
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked slow (tens of seconds, mostly waiting) run first: xdist's work stealing then
     fills the other workers around them instead of leaving one of them to end the run alone."""

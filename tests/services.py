@@ -10,6 +10,7 @@ thrown away when the run ends:
 - an S3-compatible endpoint: moto's server mode, in a subprocess, one per worker (it serves
   on one core: shared, S3-heavy tests of one worker stalled the others'). Each test gets a
   fresh bucket. The server code speaks plain S3 to it, through the endpoint override.
+- SQLite: each new data directory gets a copy of a database migrated once a worker.
 
 Under CI=true a missing PostgreSQL fails the tests that need it; elsewhere they skip, saying
 what to install. `Stores` is where one deployment keeps its data, whichever kind it is.
@@ -402,6 +403,7 @@ class StoresFactory:
     def __init__(self) -> None:
         self._postgres: PostgresCluster | None = None
         self._s3: S3Endpoint | None = None
+        self._sqlite_template: Path | None = None
         self._saved_env: dict[str, str | None] = {}
 
     def postgres(self) -> PostgresCluster:
@@ -430,10 +432,25 @@ class StoresFactory:
             self._s3 = S3Endpoint().start()  # one per worker: moto serves on one core
         return self._s3
 
+    def sqlite_template(self) -> Path:
+        """A SQLite database migrated once a worker, copied into each new data directory, as
+        PostgreSQL's databases are made from a migrated template: running every migration
+        again cost each new store ~0.1 s of CPU (tests of an empty database's migration use
+        their own path: tests/server/test_store.py)."""
+        if self._sqlite_template is None:
+            from openruns.server.store import Store
+
+            path = Path(tempfile.mkdtemp(prefix="openruns-sqlite-template-")) / "openruns.db"
+            Store.open(f"sqlite:///{path}").close()
+            self._sqlite_template = path
+        return self._sqlite_template
+
     def new(self, kind: str, tmp: Path | None = None) -> Stores:
         """Fresh stores: a data directory `tmp` (sqlite), or a database and a bucket."""
         if kind == "sqlite":
             assert tmp is not None, "SQLite stores need a directory"
+            tmp.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.sqlite_template(), tmp / "openruns.db")
             return Stores(kind, {"data_dir": tmp})
         s3 = self.s3()
         return Stores(
@@ -450,6 +467,8 @@ class StoresFactory:
             self._postgres.stop()
         if self._s3 is not None:
             self._s3.stop()
+        if self._sqlite_template is not None:
+            shutil.rmtree(self._sqlite_template.parent, ignore_errors=True)
         for name, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(name, None)

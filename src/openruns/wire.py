@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import email.utils
 import enum
+import functools
+import os
 import platform
 import random
 import ssl
@@ -55,6 +57,7 @@ __all__ = [
     "backoff_delay",
     "disposition",
     "retrying",
+    "tls_context",
 ]
 
 T = TypeVar("T")
@@ -62,6 +65,19 @@ MAX_RETRY_AFTER = 60.0
 MAX_BACKOFF = 30.0
 _ABANDONED: list[httpx.Client] = []
 _ALWAYS_THERE = ("/health", "/runs")  # GET answers 404 only for a wrong base URL
+
+
+def tls_context() -> ssl.SSLContext:
+    """httpx's default verifying context (certifi's bundle, or SSL_CERT_FILE / SSL_CERT_DIR),
+    built once a process and shared by its clients: building one costs ~30 ms of CPU, paid
+    before on every run opened and again in every forked child. Keyed by those variables, so
+    a changed one is honoured."""
+    return _context_for(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+@functools.lru_cache(maxsize=4)
+def _context_for(cafile: str | None, capath: str | None) -> ssl.SSLContext:
+    return httpx.create_ssl_context()  # reads the same variables
 
 
 class Disposition(enum.Enum):
@@ -233,6 +249,7 @@ class WireClient:
                 max_keepalive_connections=self._max_connections,
             ),
             transport=self._transport,
+            verify=tls_context(),
         )
 
     def _timeout(self, seconds: float | None) -> httpx.Timeout:

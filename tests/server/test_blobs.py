@@ -79,3 +79,14 @@ def test_open_blobs_picks_the_backend(bucket, tmp_path):
     assert open_blobs(str(tmp_path / "dir")).describe() == str(tmp_path / "dir")
     with pytest.raises(ValueError, match="names no bucket"):
         open_blobs("s3://", s3.url)
+
+
+def test_stores_of_one_endpoint_share_its_client_and_keep_their_buckets(bucket, stores_factory):
+    blobs, s3 = bucket
+    other = S3BlobStore.from_url(s3.new_bucket(), s3.url)
+    assert other.client is blobs.client  # built once a process (~0.1 s of CPU each)
+    elsewhere = S3BlobStore(blobs.bucket, "", f"http://127.0.0.1:{free_port()}")
+    assert elsewhere.client is not blobs.client
+    blobs.put_atomic("k", b"mine")
+    other.put_atomic("k", b"theirs")
+    assert (blobs.get("k"), other.get("k")) == (b"mine", b"theirs")

@@ -38,6 +38,7 @@ from openruns.wire import (
     backoff_delay,
     disposition,
     retrying,
+    tls_context,
 )
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -368,3 +369,14 @@ def test_retrying_replays_no_answer_and_a_timeout_but_not_a_failed_handshake() -
     with pytest.raises(TLSError):
         retrying(lambda: wire.get_run("r"), deadline=time.monotonic() + 60)
     assert len(seen) == 1
+
+
+def test_one_verifying_tls_context_a_process_and_another_when_the_trust_store_changes(
+    monkeypatch, tmp_path
+) -> None:
+    first = tls_context()
+    assert tls_context() is first  # built once: ~30 ms of CPU each
+    assert first.verify_mode == ssl.CERT_REQUIRED and first.check_hostname
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    assert tls_context() is not first

@@ -36,6 +36,7 @@ import httpx
 import orjson
 
 from ..._version import __version__
+from ...wire import tls_context
 from ..errors import ApiError
 from ..state import ServerState
 from ..store import alerts
@@ -56,7 +57,10 @@ RETRY_STATUSES = frozenset({408, 425, 429})
 async def follow(state: ServerState) -> None:
     """Send forever (until cancelled)."""
     async with httpx.AsyncClient(
-        timeout=TIMEOUT, follow_redirects=False, headers={"User-Agent": f"openruns/{__version__}"}
+        timeout=TIMEOUT,
+        follow_redirects=False,
+        headers={"User-Agent": f"openruns/{__version__}"},
+        verify=tls_context(),
     ) as client:
         while True:
             await asyncio.sleep(state.settings.alert_interval)

@@ -24,11 +24,12 @@ a missing key is FileNotFoundError, as for a local directory.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
 import os
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
 from boto3.s3.transfer import TransferConfig
@@ -37,6 +38,9 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from ..errors import insufficient_storage, overloaded
 from .blobs import BlobInfo
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3.client import S3Client
 
 __all__ = ["MULTIPART_BYTES", "S3BlobStore"]
 
@@ -52,6 +56,22 @@ _MISSING = ("NoSuchKey", "404", "NotFound")
 _FULL = ("XMinioStorageFull", "InsufficientStorage", "StorageFull", "QuotaExceeded", "507")
 
 
+@functools.lru_cache(maxsize=8)
+def _client(endpoint: str | None) -> S3Client:
+    """One boto3 client per endpoint for the process, shared by its stores (a client is
+    thread-safe; building one loads and resolves S3's service model: ~0.1 s of CPU)."""
+    config = Config(
+        max_pool_connections=POOL_CONNECTIONS,
+        connect_timeout=CONNECT_TIMEOUT_S,
+        read_timeout=READ_TIMEOUT_S,
+        retries={"mode": "standard", "max_attempts": 3},
+        s3={"addressing_style": "path"} if endpoint else None,
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
+
+
 class S3BlobStore:
     """See the module docstring. Thread-safe (one boto3 client, shared)."""
 
@@ -65,16 +85,7 @@ class S3BlobStore:
             or None
         )
         self.endpoint_url = endpoint
-        config = Config(
-            max_pool_connections=POOL_CONNECTIONS,
-            connect_timeout=CONNECT_TIMEOUT_S,
-            read_timeout=READ_TIMEOUT_S,
-            retries={"mode": "standard", "max_attempts": 3},
-            s3={"addressing_style": "path"} if endpoint else None,
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-        )
-        self.client = boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
+        self.client = _client(endpoint)
         self._transfer = TransferConfig(
             multipart_threshold=MULTIPART_BYTES,
             multipart_chunksize=MULTIPART_BYTES,
