@@ -57,9 +57,10 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--src", default=SRC, help="the server code to run (a tree to compare)")
     args = parser.parse_args()
     runs = json.loads(args.data_dir.with_suffix(".seeded.json").read_text())["compare"]
-    proc, url = start_server(["--data-dir", str(args.data_dir)], SRC)
+    proc, url = start_server(["--data-dir", str(args.data_dir)], args.src)
     limits = httpx.Limits(max_connections=100)
     try:
         async with httpx.AsyncClient(base_url=url + "/api/v1", timeout=300, limits=limits) as http:
