@@ -22,9 +22,9 @@ _RUN_ENV = (
 def pytest_configure(config: pytest.Config) -> None:
     """Every test speaks plain HTTP on loopback, yet each httpx client (one a call of
     `httpx.get`) builds a verifying TLS context: ~25 ms of CPU loading the machine's bundle.
-    An empty trust store (a certificate directory that holds none, read on demand) makes that
-    free; a test that reached for TLS would fail verification, not pass by it. Set before
-    xdist's workers start, so they and the tests' subprocesses inherit it."""
+    An empty trust store (SSL_CERT_DIR naming no directory of certificates, looked up on
+    demand) makes that free; a test that reached for TLS would fail verification, not pass
+    by it. Set before xdist's workers start, so they and the tests' subprocesses inherit it."""
     os.environ.pop("SSL_CERT_FILE", None)
     os.environ["SSL_CERT_DIR"] = os.devnull
 
