@@ -10,13 +10,10 @@ a replica killed mid-migration leaves the schema as it was.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection
 
@@ -28,14 +25,10 @@ SCRIPTS = Path(__file__).with_name("migrations")
 
 
 def upgrade(conn: Connection) -> None:
-    """Run every migration not yet applied, inside the caller's transaction. A database
-    already at the newest revision is left at once: Alembic's own upgrade loads every
-    script to learn that (~0.1 s of CPU a store opened, the migration files read once a
-    process here)."""
+    """Run every migration not yet applied, inside the caller's transaction."""
     lock_migrations(conn)
-    if MigrationContext.configure(conn).get_current_revision() == _head():
-        return
-    config = _config()
+    config = Config()
+    config.set_main_option("script_location", str(SCRIPTS))
     config.attributes["connection"] = conn
     try:
         command.upgrade(config, "head")
@@ -45,17 +38,6 @@ def upgrade(conn: Connection) -> None:
         raise NewerSchemaError(
             f"the database was migrated by a newer openruns ({exc}); upgrade this server"
         ) from exc
-
-
-def _config() -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(SCRIPTS))
-    return config
-
-
-@functools.cache
-def _head() -> str | None:
-    return ScriptDirectory.from_config(_config()).get_current_head()
 
 
 class NewerSchemaError(Exception):
