@@ -435,7 +435,7 @@ class StoresFactory:
     def sqlite_template(self) -> Path:
         """A SQLite database migrated once a worker, copied into each new data directory, as
         PostgreSQL's databases are made from a migrated template: running every migration
-        again cost each new store ~0.1 s of CPU (tests of an empty database's migration use
+        again cost each new store ~0.17 s of CPU (tests of an empty database's migration use
         their own path: tests/server/test_store.py)."""
         if self._sqlite_template is None:
             from openruns.server.store import Store
