@@ -81,7 +81,7 @@ def test_open_blobs_picks_the_backend(bucket, tmp_path):
         open_blobs("s3://", s3.url)
 
 
-def test_stores_of_one_endpoint_share_its_client_and_keep_their_buckets(bucket, stores_factory):
+def test_stores_of_one_endpoint_share_its_client_and_keep_their_buckets(bucket):
     blobs, s3 = bucket
     other = S3BlobStore.from_url(s3.new_bucket(), s3.url)
     assert other.client is blobs.client  # built once a process (~0.1 s of CPU each)
