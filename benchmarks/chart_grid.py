@@ -46,8 +46,9 @@ import numpy
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from chromium import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (benchmarks/chromium.py)
 from dashboard_load import bench_plotly, compress, new_run  # noqa: E402  (dashboard_load.py)
-from metric_keys import CHROMIUM, SRC, seed_keys, start_server  # noqa: E402
+from metric_keys import SRC, seed_keys, start_server  # noqa: E402
 
 # Cheap on every mutation (a count kept as charts are drawn); the first screen (the charts in
 # the viewport at the top of the page, all drawn) is judged once, after drawing, from the time
@@ -328,12 +329,7 @@ def main() -> None:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(
                 executable_path=CHROMIUM,
-                args=[
-                    "--headless",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--enable-precise-memory-info",
-                ],
+                args=CHROMIUM_ARGS,
             )
             if args.part == "draw":
                 print("draw: ms per chart, uPlot and Plotly alone", flush=True)

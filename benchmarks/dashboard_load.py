@@ -34,13 +34,13 @@ import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import server_process  # noqa: E402
+from chromium import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (benchmarks/chromium.py)
 from openruns.rundir import batch_key  # noqa: E402
 from search import make_episode as text_episode  # noqa: E402  (benchmarks/search.py)
 from search import make_sentences  # noqa: E402
 from server_ingest import post_all  # noqa: E402  (benchmarks/server_ingest.py)
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
-CHROMIUM = os.environ.get("OPENRUNS_TEST_CHROMIUM", "/usr/bin/chromium")
 MiB = 1024 * 1024
 
 # Replaces the search indexer by a task that waits forever (for the ingest comparison).
@@ -430,7 +430,7 @@ def main() -> None:
                 with sync_playwright() as pw:
                     browser = pw.chromium.launch(
                         executable_path=CHROMIUM,
-                        args=["--headless", "--no-sandbox", "--disable-gpu"],
+                        args=CHROMIUM_ARGS,
                     )
                     if args.part in ("run", "all"):
                         print(f"run page: {keys} metrics x {steps:,} steps", flush=True)

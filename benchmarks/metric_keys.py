@@ -39,8 +39,9 @@ import httpx
 import orjson
 import zstandard
 
+from chromium import CHROMIUM, CHROMIUM_ARGS  # benchmarks/chromium.py
+
 SRC = str(Path(__file__).resolve().parents[1] / "src")
-CHROMIUM = os.environ.get("OPENRUNS_TEST_CHROMIUM", "/usr/bin/chromium")
 MiB = 1024 * 1024
 
 
@@ -255,7 +256,7 @@ def bench_pages(url: str, run_id: str, repeats: int) -> list[dict]:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
             executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--enable-precise-memory-info"],
+            args=CHROMIUM_ARGS,
         )
         context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=url)
         context.add_init_script(PROBE)
