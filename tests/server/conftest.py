@@ -23,14 +23,19 @@ def backend(request) -> str:
 
 
 @pytest.fixture
-def new_stores(backend, stores_factory: StoresFactory, tmp_path) -> Callable[[], Stores]:
-    """Fresh, empty stores of this test's backend (a new data dir, or database + bucket)."""
+def new_stores(backend, stores_factory: StoresFactory, tmp_path) -> Iterator[Callable[[], Stores]]:
+    """Fresh, empty stores of this test's backend (a new data dir, or database + bucket);
+    given back when the test ends (its servers stopped: make_server's teardown comes first)."""
     count = iter(range(1000))
+    made: list[Stores] = []
 
     def make() -> Stores:
-        return stores_factory.new(backend, tmp_path / f"data-{next(count)}")
+        made.append(stores_factory.new(backend, tmp_path / f"data-{next(count)}"))
+        return made[-1]
 
-    return make
+    yield make
+    for stores in made:
+        stores_factory.release(stores)
 
 
 @pytest.fixture
@@ -57,6 +62,7 @@ def shared_server(backend, stores_factory: StoresFactory, tmp_path_factory) -> I
     handle = serve_in_thread(**stores.settings)
     yield handle
     handle.stop()
+    stores_factory.release(stores)
 
 
 @pytest.fixture

@@ -1,0 +1,92 @@
+"""The tests' PostgreSQL databases (tests/services.py): one a test gives back is handed to a
+later test only as a fresh copy of the template would be, or not at all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from openruns.server import serve_in_thread
+
+from ..services import PostgresCluster, StoresFactory
+from .helpers import api, create_run, episode, metric_rows, ndjson, upload
+
+
+def contents(url: str) -> dict[str, Any]:
+    """Every table's row count, the migrations' own rows, each sequence's state."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [
+            t
+            for (t,) in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        ]
+        return {
+            "rows": {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables},
+            "meta": conn.execute("SELECT * FROM server_meta ORDER BY 1").fetchall(),
+            "versions": conn.execute("SELECT * FROM alembic_version").fetchall(),
+            "sequences": conn.execute(
+                "SELECT sequencename, last_value FROM pg_sequences ORDER BY 1"
+            ).fetchall(),
+        }
+
+
+def private(stores_factory: StoresFactory) -> PostgresCluster:
+    """The run's cluster, with a pool of given-back databases of this test's alone."""
+    return PostgresCluster.attach(stores_factory.postgres().describe())
+
+
+def test_a_database_given_back_comes_back_as_a_new_copy(stores_factory):
+    cluster = private(stores_factory)
+    try:
+        url = cluster.new_database()
+        fresh = contents(url)
+        assert fresh["versions"] and fresh["meta"], "the template holds the migrations' rows"
+        server = serve_in_thread(database_url=url, blobs=stores_factory.s3().new_bucket(),
+                                 s3_endpoint_url=stores_factory.s3().url)  # fmt: skip
+        try:
+            with api(server.url) as http:
+                run = create_run(http, name="used")
+                upload(http, run["id"], "metrics", metric_rows(range(50), loss=0.5))
+                upload(http, run["id"], "episodes", ndjson([episode(0, step=0, reward=1.0)]))
+        finally:
+            server.stop()
+        used = contents(url)
+        written = {t for t, n in used["rows"].items() if n > fresh["rows"][t]}
+        assert {"runs", "metric_keys", "segments"} <= written, written
+        assert used["sequences"] != fresh["sequences"]
+
+        cluster.give_back(url)
+        assert cluster.new_database() == url
+        assert contents(url) == fresh
+    finally:
+        cluster.stop()
+
+
+def test_a_database_whose_schema_a_test_changed_is_not_handed_out_again(stores_factory):
+    cluster = private(stores_factory)
+    try:
+        url = cluster.new_database()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE runs ADD COLUMN left_behind integer")
+        cluster.give_back(url)
+        other = cluster.new_database()
+        assert other != url
+        with psycopg.connect(other) as conn:
+            columns = conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
+            ).fetchall()
+        assert columns and ("left_behind",) not in columns
+    finally:
+        cluster.stop()
+
+
+def test_a_database_still_connected_waits_until_its_connections_close(stores_factory):
+    cluster = private(stores_factory)
+    try:
+        url = cluster.new_database()
+        cluster.give_back(url)
+        with psycopg.connect(url):
+            assert cluster.new_database() != url  # a server still closing: not this one
+        assert cluster.new_database() == url  # given out once nobody holds it
+    finally:
+        cluster.stop()
