@@ -3,9 +3,11 @@ later test only as a fresh copy of the template would be, or not at all."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+import pytest
 
 from openruns.server import serve_in_thread
 
@@ -30,63 +32,54 @@ def contents(url: str) -> dict[str, Any]:
         }
 
 
-def private(stores_factory: StoresFactory) -> PostgresCluster:
+@pytest.fixture
+def cluster(stores_factory: StoresFactory) -> Iterator[PostgresCluster]:
     """The run's cluster, with a pool of given-back databases of this test's alone."""
-    return PostgresCluster.attach(stores_factory.postgres().describe())
+    own = PostgresCluster.attach(stores_factory.postgres().describe())
+    yield own
+    own.stop()  # attached: its admin connection only
 
 
-def test_a_database_given_back_comes_back_as_a_new_copy(stores_factory):
-    cluster = private(stores_factory)
+def test_a_database_given_back_comes_back_as_a_new_copy(cluster, stores_factory):
+    url = cluster.new_database()
+    fresh = contents(url)
+    assert fresh["versions"] and fresh["meta"], "the template holds the migrations' rows"
+    server = serve_in_thread(database_url=url, blobs=stores_factory.s3().new_bucket(),
+                             s3_endpoint_url=stores_factory.s3().url)  # fmt: skip
     try:
-        url = cluster.new_database()
-        fresh = contents(url)
-        assert fresh["versions"] and fresh["meta"], "the template holds the migrations' rows"
-        server = serve_in_thread(database_url=url, blobs=stores_factory.s3().new_bucket(),
-                                 s3_endpoint_url=stores_factory.s3().url)  # fmt: skip
-        try:
-            with api(server.url) as http:
-                run = create_run(http, name="used")
-                upload(http, run["id"], "metrics", metric_rows(range(50), loss=0.5))
-                upload(http, run["id"], "episodes", ndjson([episode(0, step=0, reward=1.0)]))
-        finally:
-            server.stop()
-        used = contents(url)
-        written = {t for t, n in used["rows"].items() if n > fresh["rows"][t]}
-        assert {"runs", "metric_keys", "segments"} <= written, written
-        assert used["sequences"] != fresh["sequences"]
-
-        cluster.give_back(url)
-        assert cluster.new_database() == url
-        assert contents(url) == fresh
+        with api(server.url) as http:
+            run = create_run(http, name="used")
+            upload(http, run["id"], "metrics", metric_rows(range(50), loss=0.5))
+            upload(http, run["id"], "episodes", ndjson([episode(0, step=0, reward=1.0)]))
     finally:
-        cluster.stop()
+        server.stop()
+    used = contents(url)
+    written = {t for t, n in used["rows"].items() if n > fresh["rows"][t]}
+    assert {"runs", "metric_keys", "segments"} <= written, written
+    assert used["sequences"] != fresh["sequences"]
+
+    cluster.give_back(url)
+    assert cluster.new_database() == url
+    assert contents(url) == fresh
 
 
-def test_a_database_whose_schema_a_test_changed_is_not_handed_out_again(stores_factory):
-    cluster = private(stores_factory)
-    try:
-        url = cluster.new_database()
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("ALTER TABLE runs ADD COLUMN left_behind integer")
-        cluster.give_back(url)
-        other = cluster.new_database()
-        assert other != url
-        with psycopg.connect(other) as conn:
-            columns = conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
-            ).fetchall()
-        assert columns and ("left_behind",) not in columns
-    finally:
-        cluster.stop()
+def test_a_database_whose_schema_a_test_changed_is_not_handed_out_again(cluster):
+    url = cluster.new_database()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE runs ADD COLUMN left_behind integer")
+    cluster.give_back(url)
+    other = cluster.new_database()
+    assert other != url
+    with psycopg.connect(other) as conn:
+        columns = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
+        ).fetchall()
+    assert columns and ("left_behind",) not in columns
 
 
-def test_a_database_still_connected_waits_until_its_connections_close(stores_factory):
-    cluster = private(stores_factory)
-    try:
-        url = cluster.new_database()
-        cluster.give_back(url)
-        with psycopg.connect(url):
-            assert cluster.new_database() != url  # a server still closing: not this one
-        assert cluster.new_database() == url  # given out once nobody holds it
-    finally:
-        cluster.stop()
+def test_a_database_still_connected_waits_until_its_connections_close(cluster):
+    url = cluster.new_database()
+    cluster.give_back(url)
+    with psycopg.connect(url):
+        assert cluster.new_database() != url  # a server still closing: not this one
+    assert cluster.new_database() == url  # given out once nobody holds it
