@@ -3,6 +3,7 @@ later test only as a fresh copy of the template would be, or not at all."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,8 +12,25 @@ import pytest
 
 from openruns.server import serve_in_thread
 
+from .. import patience
 from ..services import PostgresCluster, StoresFactory
 from .helpers import api, create_run, episode, metric_rows, ndjson, upload
+
+
+def connections(url: str) -> int:
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        name = url.rsplit("/", 1)[1]
+        query = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+        return int(conn.execute(query, (name,)).fetchone()[0])
+
+
+def all_closed(url: str) -> None:
+    """Wait for the backends of closed connections: each exits on its own time (seconds on a
+    loaded machine), and a database with one left is not handed out."""
+    deadline = time.monotonic() + patience.SETTLE
+    while connections(url) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert connections(url) == 0
 
 
 def contents(url: str) -> dict[str, Any]:
@@ -59,6 +77,7 @@ def test_a_database_given_back_comes_back_as_a_new_copy(cluster, stores_factory)
     assert used["sequences"] != fresh["sequences"]
 
     cluster.give_back(url)
+    all_closed(url)
     assert cluster.new_database() == url
     assert contents(url) == fresh
 
@@ -68,6 +87,7 @@ def test_a_database_whose_schema_a_test_changed_is_not_handed_out_again(cluster)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("ALTER TABLE runs ADD COLUMN left_behind integer")
     cluster.give_back(url)
+    all_closed(url)  # so that the schema, not a connection, keeps it out
     other = cluster.new_database()
     assert other != url
     with psycopg.connect(other) as conn:
@@ -82,4 +102,5 @@ def test_a_database_still_connected_waits_until_its_connections_close(cluster):
     cluster.give_back(url)
     with psycopg.connect(url):
         assert cluster.new_database() != url  # a server still closing: not this one
+    all_closed(url)
     assert cluster.new_database() == url  # given out once nobody holds it
