@@ -13,6 +13,6 @@ CHROMIUM_ARGS = [
     "--enable-precise-memory-info",
     # Headless Chromium builds the omnibox's popup (a WebUI page of its own, in Lit) for every
     # page it opens: ~0.7 s of CPU a page, which a person's browser, moving between pages in
-    # one tab, does not spend (docs/benchmarks.md, "The browser's own pages").
+    # one tab, does not spend (docs/benchmarks.md, "Where the suite's CPU goes, by process").
     "--disable-features=WebUIOmniboxPopup,WebUIOmniboxFullPopup,WebUIOmniboxAimPopup",
 ]
