@@ -39,6 +39,18 @@ def test_lines_are_stored_in_arrival_order_and_a_replay_stores_nothing(client):
     assert [item["line"] for item in stderr] == ["line 3"]
 
 
+def test_an_upload_of_thousands_of_lines_is_stored_whole(client):
+    """2,500 lines in one upload: PostgreSQL writes them by COPY (store/sql.py, from 2,000
+    rows), whose column list names `offset`, a keyword (a 500 before it was quoted)."""
+    rid = create_run(client)["id"]
+    answer = upload(client, rid, "logs", ndjson(lines(2500)))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["lines"] == 2500
+    tail = client.get(f"/runs/{rid}/logs", params={"tail": "true", "limit": 2}).json()
+    assert [item["line"] for item in tail["items"]] == ["line 2498", "line 2499"]
+    assert tail["totals"]["lines"] == 2500
+
+
 def test_pages_follow_offsets_forwards_and_the_tail_backwards(client):
     rid = create_run(client)["id"]
     upload(client, rid, "logs", ndjson(lines(10, source="trainer") + lines(2, 10)))

@@ -24,6 +24,7 @@ __all__ = ["append", "page", "totals"]
 _l = log_lines
 _t = log_totals
 _COLUMNS = ("run_seq", "offset", "size", "ts", "stream", "source", "line")
+_INSERT = insert(_l)
 
 
 def totals(conn: Connection, run_seq: int) -> dict[str, Any]:
@@ -52,7 +53,7 @@ def append(
             (run_seq, offset, row["size"], row["ts"], row["stream"], row["source"], row["line"])
         )
         offset += row["size"]
-    executemany(conn, insert(_l), _COLUMNS, values)
+    executemany(conn, _INSERT, _COLUMNS, values)
     after = {**before, "lines": before["lines"] + len(rows), "bytes": offset}
     stored = after["bytes"] - after["dropped_bytes"]
     if max_bytes > 0 and stored > max_bytes + max_bytes // 8:

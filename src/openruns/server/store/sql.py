@@ -20,9 +20,10 @@ store is portable SQLAlchemy Core and goes through these helpers where it must:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, column, func, select
+from sqlalchemy import Connection, Dialect, Table, bindparam, column, func, select
 from sqlalchemy import table as sql_table
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.expression import ColumnElement, UnaryExpression
@@ -41,8 +42,8 @@ _RUN_LOCKS = 0x6F72  # "or"
 _MIGRATION_LOCK = 0x6F70656E72756E73  # "openruns"
 
 
-def _insert(conn: Connection, table: Table) -> Any:
-    if conn.dialect.name == "postgresql":
+def _insert(dialect: str, table: Table) -> Any:
+    if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 
         return pg_insert(table)
@@ -53,7 +54,12 @@ def _insert(conn: Connection, table: Table) -> Any:
 
 def upsert(conn: Connection, table: Table, keys: tuple[str, ...], updates: tuple[str, ...]) -> Any:
     """INSERT ... ON CONFLICT (keys) DO UPDATE SET each of `updates` to the new row's value."""
-    stmt = _insert(conn, table)
+    return _upsert(conn.dialect.name, table, keys, updates)
+
+
+@functools.cache  # statements are immutable; one of each, so that executemany's cache hits
+def _upsert(dialect: str, table: Table, keys: tuple[str, ...], updates: tuple[str, ...]) -> Any:
+    stmt = _insert(dialect, table)
     return stmt.on_conflict_do_update(
         index_elements=list(keys), set_={c: stmt.excluded[c] for c in updates}
     )
@@ -62,7 +68,12 @@ def upsert(conn: Connection, table: Table, keys: tuple[str, ...], updates: tuple
 def insert_ignore(conn: Connection, table: Table) -> Any:
     """INSERT ... ON CONFLICT DO NOTHING (any unique constraint). On PostgreSQL a conflicting
     row another transaction is still writing makes this wait for it, then do nothing."""
-    return _insert(conn, table).on_conflict_do_nothing()
+    return _insert_ignore(conn.dialect.name, table)
+
+
+@functools.cache
+def _insert_ignore(dialect: str, table: Table) -> Any:
+    return _insert(dialect, table).on_conflict_do_nothing()
 
 
 def unindexed(col: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -100,17 +111,27 @@ def executemany(
     if conn.dialect.name == "postgresql":
         _pg_insert_many(conn, stmt, columns, rows)
         return
-    compiled = stmt.compile(dialect=conn.dialect, column_keys=list(columns))
+    sql, order = _compiled(stmt, columns, conn.dialect)
     params: list[Any]
-    if compiled.positional:
-        order = [columns.index(name) for name in compiled.positiontup]
-        if order == list(range(len(columns))):
-            params = rows
-        else:
-            params = [tuple(row[i] for i in order) for row in rows]
-    else:
+    if order is None:
         params = [dict(zip(columns, row, strict=True)) for row in rows]
-    conn.exec_driver_sql(compiled.string, params)
+    elif order == list(range(len(columns))):
+        params = rows
+    else:
+        params = [tuple(row[i] for i in order) for row in rows]
+    conn.exec_driver_sql(sql, params)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(
+    stmt: Any, columns: tuple[str, ...], dialect: Dialect
+) -> tuple[str, list[int] | None]:
+    """`stmt`'s SQL for rows of `columns`, and where each positional parameter is in a row
+    (None: named parameters)."""
+    compiled = stmt.compile(dialect=dialect, column_keys=list(columns))
+    if not compiled.positional:
+        return compiled.string, None
+    return compiled.string, [columns.index(name) for name in compiled.positiontup or ()]
 
 
 def _pg_insert_many(
@@ -121,22 +142,38 @@ def _pg_insert_many(
     than array parameters). Either way the statement's ON CONFLICT clause is kept."""
     table = stmt.table
     if len(rows) < _PG_COPY_ROWS:
-        arrays = [bindparam(f"_{c}", type_=ARRAY(table.c[c].type)) for c in columns]
-        source: Any = func.unnest(*arrays).table_valued(*columns).render_derived(name="src")
-        bulk = stmt.from_select(list(columns), select(*(source.c[c] for c in columns)))
         values = [list(column) for column in zip(*rows, strict=True)]
         params = dict(zip((f"_{c}" for c in columns), values, strict=True))
-        conn.exec_driver_sql(bulk.compile(dialect=conn.dialect).string, params)
+        conn.exec_driver_sql(_unnest_sql(stmt, columns, conn.dialect), params)
         return
     stage = f"openruns_stage_{table.name}"
     conn.exec_driver_sql(
         f"CREATE TEMPORARY TABLE IF NOT EXISTS {stage} (LIKE {table.name}) ON COMMIT DELETE ROWS"
     )
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    with cursor.copy(f"COPY {stage} ({', '.join(columns)}) FROM STDIN") as copy:
+    quote = conn.dialect.identifier_preparer.quote  # "offset" is a column, and a keyword
+    with cursor.copy(f"COPY {stage} ({', '.join(map(quote, columns))}) FROM STDIN") as copy:
         for row in rows:
             copy.write_row(row)
     source = sql_table(stage, *(column(c) for c in columns))
     bulk = stmt.from_select(list(columns), select(*(source.c[c] for c in columns)))
     conn.execute(bulk)
     conn.exec_driver_sql(f"TRUNCATE {stage}")  # a second call in this transaction starts empty
+
+
+@functools.lru_cache(maxsize=64)
+def _unnest_sql(stmt: Any, columns: tuple[str, ...], dialect: Dialect) -> str:
+    """`stmt` as INSERT ... SELECT FROM unnest(one array a column), its arrays sent in binary
+    (psycopg's `%(name)b`): in text, every bytea of a chunk went out hex-escaped, quoted and
+    regex-escaped in Python, for PostgreSQL to parse back (docs/benchmarks.md, "PostgreSQL's
+    array parameters in binary")."""
+    table = stmt.table
+    arrays = [bindparam(f"_{c}", type_=ARRAY(table.c[c].type)) for c in columns]
+    source: Any = func.unnest(*arrays).table_valued(*columns).render_derived(name="src")
+    bulk = stmt.from_select(list(columns), select(*(source.c[c] for c in columns)))
+    sql: str = bulk.compile(dialect=dialect).string
+    for c in columns:
+        placeholder = f"%(_{c})s::"
+        assert placeholder in sql, placeholder  # psycopg's casts, as SQLAlchemy renders them
+        sql = sql.replace(placeholder, f"%(_{c})b::")
+    return sql
