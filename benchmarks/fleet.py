@@ -91,10 +91,14 @@ class DenseRows:
 
 
 def post_stream(
-    urls: list[str], uploads: Iterator[tuple[str, bytes, str]], in_flight: int
+    urls: list[str],
+    uploads: Iterator[tuple[str, bytes, str]],
+    in_flight: int,
+    stream: str = "metrics",
 ) -> tuple[float, int]:
-    """POST every (run id, body, key) of `uploads` as metrics, request i to urls[i % n], at
-    most `in_flight` at once (bodies are made as they are needed); (seconds, requests)."""
+    """POST every (run id, body, key) of `uploads` to the runs' `stream`, request i to
+    urls[i % n], at most `in_flight` at once (bodies are made while others are in flight);
+    (seconds, requests)."""
     clients = [
         httpx.Client(base_url=u + "/api/v1", timeout=600, limits=httpx.Limits(max_connections=8))
         for u in urls
@@ -104,7 +108,7 @@ def post_stream(
         headers = {"Content-Encoding": "zstd", "Idempotency-Key": key}
         for _ in range(60):  # 429 / 503 say: retry after a while
             response = clients[i % len(clients)].post(
-                f"/runs/{run_id}/metrics", content=body, headers=headers
+                f"/runs/{run_id}/{stream}", content=body, headers=headers
             )
             if response.status_code not in (429, 503):
                 break
@@ -376,15 +380,16 @@ def episode_disk(url: str, pid: int, store: Deployment, count: int, kb: int) -> 
     db_before, blobs_before = store.database_bytes(), store.blob_bytes()
     run_id = new_run(url)
     raw = 0
-    with httpx.Client(base_url=url + "/api/v1", timeout=600) as client:
-        begin = time.perf_counter()
+
+    def uploads() -> Iterator[tuple[str, bytes, str]]:
+        nonlocal raw
         for body, key in episode_bodies(count, kb):
-            raw += len(zstandard.ZstdDecompressor().decompress(body))
-            headers = {"Content-Encoding": "zstd", "Idempotency-Key": key}
-            client.post(
-                f"/runs/{run_id}/episodes", content=body, headers=headers
-            ).raise_for_status()
-        seconds = time.perf_counter() - begin
+            raw += zstandard.get_frame_parameters(body).content_size
+            yield run_id, body, key
+
+    # Two uploads in flight, the next body made meanwhile (the SDK's records lane sends up to
+    # eight): the server is not left idle while the client builds a body (0.16 s of CPU each).
+    seconds, _ = post_stream([url], uploads(), in_flight=2, stream="episodes")
     # The search indexer reads every record behind ingest and its entries are disk too: wait
     # until the server is idle (under 5 % of a core over two seconds).
     deadline = time.monotonic() + 600

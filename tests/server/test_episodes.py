@@ -145,6 +145,25 @@ def test_run_wide_pages_put_ties_in_arrival_order_and_nulls_last(client):
         assert [r["id"] for r in code] == model(name, descending, rows), sort
 
 
+def test_an_upload_of_thousands_of_records_is_indexed_whole_in_arrival_order(client):
+    """2,500 records in one upload: PostgreSQL's bulk route (a COPY into a staging table of
+    the columns given, the serial key left to the table) indexes them all, ties of a step in
+    the order they came, and a replay adds nothing."""
+    rid = create_run(client)["id"]
+    records = [episode(i, step=i % 2, reward=float(i % 7), ok=i % 3 == 0) for i in range(2500)]
+    data = ndjson(records)
+    assert upload(client, rid, "episodes", data).json()["records"] == 2500
+    assert upload(client, rid, "episodes", data).json()["records"] == 2500  # the same receipt
+    for step in (0, 1):
+        got = all_pages(client, f"/runs/{rid}/episodes", step=step, limit=1000)
+        want = [r for r in records if r["run"]["work"]["step"] == step]
+        assert [r["id"] for r in got] == [r["id"] for r in want]
+        assert [(r["reward"], r["ok"]) for r in got] == [
+            (r["traces"][0]["reward"], r["ok"]) for r in want
+        ]
+    assert client.get(f"/runs/{rid}/episodes/ep-1-2499").content == orjson.dumps(records[-1])
+
+
 def test_a_filtered_run_wide_page_answers_after_a_window_with_what_it_found(
     client, backend, monkeypatch
 ):

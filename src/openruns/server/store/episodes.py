@@ -47,7 +47,7 @@ from sqlalchemy.sql.expression import ColumnElement
 from ...spec import MAX_STEPS_PAGE
 from . import alerts
 from .schema import RECORD_LOCATION, annotations_table, episode_subsets, episodes, segments
-from .sql import insert_ignore, unindexed
+from .sql import among, executemany, insert_ignore, unindexed
 
 __all__ = [
     "INDEX_COLUMNS",
@@ -84,6 +84,7 @@ StepMeaning = Literal["dispatched", "trained"]
 _e = episodes
 _a = annotations_table
 _m = episode_subsets
+_INSERT = insert(_e)
 
 
 _PUBLIC = (
@@ -99,7 +100,6 @@ _PUBLIC = (
     _e.c.subset,
     _e.c.trained_step,
 )
-_IN_CHUNK = 500
 
 
 def _filtered(query: Any, filters: dict[str, Any]) -> Any:
@@ -150,9 +150,14 @@ def add_segment(
     assert inserted is not None  # a single-row INSERT always has one
     segment_id = inserted[0]
     if fresh:
-        conn.execute(
-            insert(episodes),
-            [{**r, "run_seq": run_seq, "stream": stream, "segment_id": segment_id} for r in fresh],
+        # Straight to the driver (sql.executemany: one statement on PostgreSQL), not through
+        # SQLAlchemy's per-row parameters: an upload indexes thousands of records.
+        columns = tuple(fresh[0])
+        executemany(
+            conn,
+            _INSERT,
+            (*columns, "run_seq", "stream", "segment_id"),
+            [(*(r[c] for c in columns), run_seq, stream, segment_id) for r in fresh],
         )
         _trained_already(conn, run_seq, [r["episode_id"] for r in fresh])
     if memberships:
@@ -181,10 +186,9 @@ def _held_subsets(
     (run_seq, episode_id) it is a probe per id."""
     ids = list(dict.fromkeys(ids))
     held: dict[str, str | None] = {}
-    for i in range(0, len(ids), _IN_CHUNK):
+    for clause in among(conn, _e.c.episode_id, ids):
         query = select(_e.c.episode_id, _e.c.subset, _e.c.stream).where(
-            _e.c.run_seq == run_seq,
-            _e.c.episode_id.in_(ids[i : i + _IN_CHUNK]),
+            _e.c.run_seq == run_seq, clause
         )
         held.update((e, subset) for e, subset, of in conn.execute(query) if of == stream)
     return held
@@ -211,10 +215,10 @@ def _new_ids(
 def _trained_already(conn: Connection, run_seq: int, ids: list[str]) -> None:
     """Set trained_step on new index rows whose annotations arrived first (usually none)."""
     steps: dict[str, int] = {}
-    for i in range(0, len(ids), _IN_CHUNK):
+    for clause in among(conn, _a.c.episode_id, ids):
         query = (
             select(_a.c.episode_id, func.max(_a.c.step))
-            .where(_a.c.run_seq == run_seq, _a.c.episode_id.in_(ids[i : i + _IN_CHUNK]))
+            .where(_a.c.run_seq == run_seq, clause)
             .where(_a.c.step.is_not(None))
             .group_by(_a.c.episode_id)
         )

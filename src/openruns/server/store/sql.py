@@ -13,6 +13,8 @@ store is portable SQLAlchemy Core and goes through these helpers where it must:
   then checks that the run still exists: an upload that read the run before it was deleted
   (store/deletion.py) gets a 404 and stores nothing.
 - `lock_migrations`: one replica at a time migrates the schema.
+- `among`: a column matched to any of a list of values, as `= ANY(array)` on PostgreSQL and
+  IN lists on SQLite.
 - `unindexed`: a column as a term no index may serve (`+col`; PostgreSQL reads it as the
   column). SQLite plans without statistics, and given an ORDER BY that some index walks it
   takes that index over the whole run rather than seek a step's few rows and sort them.
@@ -21,9 +23,10 @@ store is portable SQLAlchemy Core and goes through these helpers where it must:
 from __future__ import annotations
 
 import functools
+import zlib
 from typing import Any
 
-from sqlalchemy import Connection, Dialect, Table, bindparam, column, func, select
+from sqlalchemy import Connection, Dialect, Table, any_, bindparam, column, func, select
 from sqlalchemy import table as sql_table
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.expression import ColumnElement, UnaryExpression
@@ -32,9 +35,18 @@ from sqlalchemy.sql.operators import custom_op
 from ..errors import not_found
 from .schema import runs
 
-__all__ = ["executemany", "insert_ignore", "lock_migrations", "lock_run", "unindexed", "upsert"]
+__all__ = [
+    "among",
+    "executemany",
+    "insert_ignore",
+    "lock_migrations",
+    "lock_run",
+    "unindexed",
+    "upsert",
+]
 
 _PG_COPY_ROWS = 2_000
+_IN_CHUNK = 500  # values of one IN list (SQLite allows 32,766 parameters a statement)
 
 # pg_advisory_xact_lock keys: (namespace, run seq) for runs; one bigint for migrations (the
 # one- and two-key forms never conflict with each other).
@@ -74,6 +86,18 @@ def insert_ignore(conn: Connection, table: Table) -> Any:
 @functools.cache
 def _insert_ignore(dialect: str, table: Table) -> Any:
     return _insert(dialect, table).on_conflict_do_nothing()
+
+
+def among(conn: Connection, col: ColumnElement[Any], values: list[Any]) -> list[Any]:
+    """WHERE clauses that together match `col` to any of `values`, for a query each. On
+    PostgreSQL one: `col = ANY(array)`, one parameter (an IN list of 500 made the query too
+    long for psycopg's cache of converted queries, and SQLAlchemy rendered a placeholder per
+    value: half of an episode upload's index lookups). SQLite: IN lists of _IN_CHUNK."""
+    if not values:
+        return []
+    if conn.dialect.name == "postgresql":
+        return [col == any_(bindparam(None, values, type_=ARRAY(col.type)))]
+    return [col.in_(values[i : i + _IN_CHUNK]) for i in range(0, len(values), _IN_CHUNK)]
 
 
 def unindexed(col: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -146,13 +170,17 @@ def _pg_insert_many(
         params = dict(zip((f"_{c}" for c in columns), values, strict=True))
         conn.exec_driver_sql(_unnest_sql(stmt, columns, conn.dialect), params)
         return
-    stage = f"openruns_stage_{table.name}"
+    quote = conn.dialect.identifier_preparer.quote  # "offset" is a column, and a keyword
+    names = ", ".join(map(quote, columns))
+    # A stage of these columns only, without the table's NOT NULLs (LIKE would copy them, and
+    # a column left to its default, as a serial key, would be NULL in the stage).
+    stage = f"openruns_stage_{table.name}_{zlib.crc32(names.encode()):08x}"
     conn.exec_driver_sql(
-        f"CREATE TEMPORARY TABLE IF NOT EXISTS {stage} (LIKE {table.name}) ON COMMIT DELETE ROWS"
+        f"CREATE TEMPORARY TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS "
+        f"SELECT {names} FROM {table.name} WITH NO DATA"
     )
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    quote = conn.dialect.identifier_preparer.quote  # "offset" is a column, and a keyword
-    with cursor.copy(f"COPY {stage} ({', '.join(map(quote, columns))}) FROM STDIN") as copy:
+    with cursor.copy(f"COPY {stage} ({names}) FROM STDIN") as copy:
         for row in rows:
             copy.write_row(row)
     source = sql_table(stage, *(column(c) for c in columns))
