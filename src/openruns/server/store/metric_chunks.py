@@ -45,7 +45,7 @@ import zstandard
 from sqlalchemy import Connection, and_, bindparam, delete, func, literal, select
 
 from .schema import BLOCK_SIZES, metric_blocks, metric_chunks, metric_points
-from .sql import executemany, upsert
+from .sql import among, executemany, upsert
 
 __all__ = [
     "CHUNK_LEVEL",
@@ -77,7 +77,6 @@ assert 1 << CHUNK_SHIFT == CHUNK_STEPS
 # appends of 128 points a key cost ~1.3x rows, of 512 ~0.85x (SQLite; docs/decisions.md,
 # "Dense runs"). So a chunk is started where uploads are that large.
 DENSE_POINTS = 512
-_IN_CHUNK = 500
 
 _RAW, _ZSTD = 0, 1
 _SWAP = sys.byteorder == "big"
@@ -247,8 +246,8 @@ def _size(group: Group) -> int:
 
 
 def _stored(conn: Connection, groups: Iterable[tuple[int, int]]) -> dict[tuple[int, int], Points]:
-    """The stored chunks among `groups`, decoded: which exist in one query (per _IN_CHUNK
-    keys, over the upload's chunk numbers: their summaries only), then their columns, one
+    """The stored chunks among `groups`, decoded: which exist in one query (per 500
+    keys on SQLite, over the upload's chunk numbers: their summaries only), then their columns, one
     query per chunk number (an upload's keys usually share one or two)."""
     wanted = set(groups)
     if not wanted:
@@ -259,15 +258,15 @@ def _stored(conn: Connection, groups: Iterable[tuple[int, int]]) -> dict[tuple[i
     query = select(_c.c.key_id, _c.c.chunk).where(
         _c.c.chunk >= min(numbers), _c.c.chunk <= max(numbers)
     )
-    for i in range(0, len(ids), _IN_CHUNK):
-        for key_id, number in conn.execute(query.where(_c.c.key_id.in_(ids[i : i + _IN_CHUNK]))):
+    for clause in among(conn, _c.c.key_id, ids):
+        for key_id, number in conn.execute(query.where(clause)):
             if (key_id, number) in wanted:
                 found.setdefault(number, []).append(key_id)
     out: dict[tuple[int, int], Points] = {}
     load = select(_c.c.key_id, _c.c.first_step, _c.c.last_step, _c.c.steps, _c.c.vals, _c.c.times)
     for number, keys in found.items():
-        for i in range(0, len(keys), _IN_CHUNK):
-            where = (_c.c.chunk == number, _c.c.key_id.in_(keys[i : i + _IN_CHUNK]))
+        for clause in among(conn, _c.c.key_id, keys):
+            where = (_c.c.chunk == number, clause)
             for key_id, first, last, steps, vals, times in conn.execute(load.where(*where)):
                 out[(key_id, number)] = _decode_points(first, last, steps, vals, times)
     return out
@@ -291,7 +290,7 @@ def _absorb(
     conn: Connection, groups: list[tuple[int, int]]
 ) -> dict[tuple[int, int], dict[int, tuple[float, float | None]]]:
     """The rows inside the ranges of chunks about to be created, read and deleted: one query
-    per chunk number (per _IN_CHUNK keys)."""
+    per chunk number."""
     out: dict[tuple[int, int], dict[int, tuple[float, float | None]]] = {}
     by_number: dict[int, list[int]] = {}
     for key_id, number in groups:
@@ -299,8 +298,8 @@ def _absorb(
     query = select(_p.c.key_id, _p.c.step, _p.c.value, _p.c.ts)
     for number, keys in by_number.items():
         lo, hi = number * CHUNK_STEPS, (number + 1) * CHUNK_STEPS - 1
-        for i in range(0, len(keys), _IN_CHUNK):
-            where = (_p.c.key_id.in_(keys[i : i + _IN_CHUNK]), _p.c.step >= lo, _p.c.step <= hi)
+        for clause in among(conn, _p.c.key_id, keys):
+            where = (clause, _p.c.step >= lo, _p.c.step <= hi)
             for key_id, step, value, ts in conn.execute(query.where(*where)):
                 out.setdefault((key_id, number), {})[step] = (value, ts)
     if out:

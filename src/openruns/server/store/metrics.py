@@ -53,7 +53,7 @@ from .schema import (
 from .schema import (
     metric_chunks as chunks_table,
 )
-from .sql import executemany, upsert
+from .sql import among, executemany, upsert
 
 __all__ = [
     "EVAL_PREFIX",
@@ -74,7 +74,6 @@ __all__ = [
     "write_points",
 ]
 
-_IN_CHUNK = 500
 # Eval metrics and train metrics of one run stay apart by their keys: an online eval logs under
 # `eval/` (prime-rl's `eval/<env>/...`), and `kind=eval` / `kind=train` reads select by it.
 EVAL_PREFIX = "eval/"
@@ -241,10 +240,9 @@ def key_ids(conn: Connection, run_seq: int, names: Iterable[str], create: bool) 
     """{name: key id} for the run's metric keys among `names` (created when `create`)."""
     wanted = sorted(set(names))
     found: dict[str, int] = {}
-    for i in range(0, len(wanted), _IN_CHUNK):
-        chunk = wanted[i : i + _IN_CHUNK]
+    for clause in among(conn, metric_keys.c.name, wanted):
         query = select(metric_keys.c.name, metric_keys.c.id).where(
-            metric_keys.c.run_seq == run_seq, metric_keys.c.name.in_(chunk)
+            metric_keys.c.run_seq == run_seq, clause
         )
         found.update((name, key_id) for name, key_id in conn.execute(query))
     missing = [n for n in wanted if n not in found]
@@ -334,8 +332,8 @@ def _summarize(
         key_col = b.c.key_id
         below_size = BLOCK_SIZES[level - 2]
     rows: list[tuple[Any, ...]] = []
-    for i in range(0, len(ids), _IN_CHUNK):
-        sub = agg.where(key_col.in_(ids[i : i + _IN_CHUNK])).group_by(key_col, block).subquery()
+    for clause in among(conn, key_col, ids):
+        sub = agg.where(clause).group_by(key_col, block).subquery()
         if level == 1:
             p = metric_points
             query = select(sub, p.c.value).join(
