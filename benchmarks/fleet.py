@@ -407,7 +407,40 @@ def episode_disk(url: str, pid: int, store: Deployment, count: int, kb: int) -> 
         f"NDJSON)   load {load()}",
         flush=True,
     )
+    episode_reads(url, run_id, count, repeats=10)
     return {"db_per_episode": db / count, "blobs_per_episode": blobs / count}
+
+
+def episode_reads(url: str, run_id: str, count: int, repeats: int) -> None:
+    """The rollouts view's reads of the episodes' run (episode_bodies: 64 a step), p50 / p95
+    after one read to warm: a step's page, one record, run-wide pages, the steps list."""
+    step = count // 64 // 2
+    path = f"/runs/{run_id}/episodes"
+    cases: dict[str, tuple[str, dict[str, Any]]] = {
+        "a step's page by -reward": (path, {"step": step, "sort": "-reward", "limit": 100}),
+        "one episode by id": (f"{path}/e{count // 2}", {}),
+        "the run's first page by step": (path, {"limit": 100}),
+        "the run's first page by -reward": (path, {"sort": "-reward", "limit": 100}),
+        "the run's first page of env=math by reward": (
+            path,
+            {"sort": "reward", "env": "math", "limit": 100},
+        ),
+        "the newest 500 steps": (f"/runs/{run_id}/steps", {"order": "desc", "limit": 500}),
+    }
+    with httpx.Client(base_url=url + "/api/v1", timeout=120) as client:
+        for name, (route, params) in cases.items():
+            timings = []
+            for _ in range(repeats + 1):
+                begin = time.perf_counter()
+                client.get(route, params=params).raise_for_status()
+                timings.append(time.perf_counter() - begin)
+            timings = sorted(timings[1:])
+            print(
+                f"episode read at {count:,} episodes, {name}: "
+                f"{statistics.median(timings) * 1000:.0f} ms median, "
+                f"{timings[int(0.95 * (len(timings) - 1))] * 1000:.0f} ms p95 ({repeats} reads)",
+                flush=True,
+            )
 
 
 def many_runs(
