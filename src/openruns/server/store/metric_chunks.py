@@ -246,9 +246,9 @@ def _size(group: Group) -> int:
 
 
 def _stored(conn: Connection, groups: Iterable[tuple[int, int]]) -> dict[tuple[int, int], Points]:
-    """The stored chunks among `groups`, decoded: which exist in one query (per 500
-    keys on SQLite, over the upload's chunk numbers: their summaries only), then their columns, one
-    query per chunk number (an upload's keys usually share one or two)."""
+    """The stored chunks among `groups`, decoded: which exist in one query (sql.among: per 500
+    keys on SQLite; over the upload's chunk numbers, their summaries only), then their
+    columns, a query per chunk number (an upload's keys usually share one or two)."""
     wanted = set(groups)
     if not wanted:
         return {}
