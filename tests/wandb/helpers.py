@@ -34,9 +34,6 @@ def wandb_env(tmp_path: Path, base_url: str | None, api_key: str = ANY_KEY, **ex
         "HOME": str(home),
         "PYTHONPATH": str(ROOT),
         "WANDB_DIR": str(tmp_path),
-        # The W&B SDK makes two temporary directories when imported and removes them at exit,
-        # which a script the test kills never reaches: under tmp_path, not /tmp, they go too.
-        "TMPDIR": str(tmp_path),
         "WANDB_SILENT": "true",
         "WANDB_DISABLE_GIT": "true",
         "WANDB_DISABLE_CODE": "true",
