@@ -135,6 +135,9 @@ def test_two_rows_of_a_step_side_by_side(page, seeded, screenshot):
     page.goto(f"/runs/{seeded.train}/steps/1?sort=step")
     rows = page.locator("#episodes tbody tr")
     expect(rows).to_have_count(EPISODES_PER_STEP)
+    # The previews fill their cells after the rows come and the columns widen: a click
+    # aimed at a checkbox while that happens lands on its row, which opens the episode.
+    expect(page.locator("#episodes tbody")).to_have_attribute("data-previews", "loaded")
     button = page.locator("#pair-selected")
     rows.nth(0).locator("input[type=checkbox]").check()
     expect(button).to_be_disabled()
