@@ -12,21 +12,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from alembic.util import CommandError
-from sqlalchemy import Connection
+from sqlalchemy import Connection, inspect, text
 
 from .sql import lock_migrations
 
-__all__ = ["NewerSchemaError", "upgrade"]
+__all__ = ["HEAD", "NewerSchemaError", "upgrade"]
 
 SCRIPTS = Path(__file__).with_name("migrations")
+# The newest revision, read from the scripts' names: each is `NNNN_what.py` with revision
+# "NNNN" (tests/unit/test_migration_names.py holds them to it). A database already at HEAD is
+# not handed to Alembic, whose import and loading of the scripts cost every server start and
+# every command that opens a store ~0.15 s of CPU.
+HEAD = max(p.name[:4] for p in (SCRIPTS / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
 
 
 def upgrade(conn: Connection) -> None:
     """Run every migration not yet applied, inside the caller's transaction."""
     lock_migrations(conn)
+    if _revision(conn) == HEAD:
+        return
+    from alembic import command
+    from alembic.config import Config
+    from alembic.util import CommandError
+
     config = Config()
     config.set_main_option("script_location", str(SCRIPTS))
     config.attributes["connection"] = conn
@@ -42,3 +50,11 @@ def upgrade(conn: Connection) -> None:
 
 class NewerSchemaError(Exception):
     """The database's schema is newer than this server's migrations."""
+
+
+def _revision(conn: Connection) -> str | None:
+    """The database's revision, as Alembic records it (None before the first migration)."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    revision: str | None = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    return revision
