@@ -16,8 +16,9 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
+from ...spec import MAX_STEP
 from ..auth import Principal, acting_team
 from ..errors import forbidden, not_found
 from ..handlers import JSON
@@ -37,6 +38,10 @@ def _team_caller(caller: Principal) -> Principal:
     if caller.run_id is not None:
         raise forbidden("a run token cannot manage alert rules; use an API key")
     return caller
+
+
+# A rule's id is a database integer: a larger one is a 422 naming it, not an overflow (a 500).
+RuleId = Annotated[int, Path(ge=1, le=MAX_STEP)]
 
 
 async def _rule_of(state: ServerState, caller: Principal, rule_id: int) -> dict[str, Any]:
@@ -75,13 +80,13 @@ async def list_rules(state: State, caller: Caller) -> JSON:
 
 
 @router.get("/alerts/rules/{rule_id}")
-async def get_rule(rule_id: int, state: State, caller: Caller) -> JSON:
+async def get_rule(rule_id: RuleId, state: State, caller: Caller) -> JSON:
     _team_caller(caller)
     return JSON(public_rule(await _rule_of(state, caller, rule_id)))
 
 
 @router.patch("/alerts/rules/{rule_id}")
-async def patch_rule(rule_id: int, body: RulePatch, state: State, caller: Caller) -> JSON:
+async def patch_rule(rule_id: RuleId, body: RulePatch, state: State, caller: Caller) -> JSON:
     """Change a rule. A new condition starts over: runs it held for fire again if it holds."""
     _team_caller(caller)
     await _rule_of(state, caller, rule_id)
@@ -99,7 +104,7 @@ async def patch_rule(rule_id: int, body: RulePatch, state: State, caller: Caller
 
 
 @router.delete("/alerts/rules/{rule_id}", status_code=204)
-async def delete_rule(rule_id: int, state: State, caller: Caller) -> Response:
+async def delete_rule(rule_id: RuleId, state: State, caller: Caller) -> Response:
     """Delete a rule; its deliveries stay in the log (those not sent yet: failed)."""
     _team_caller(caller)
     await _rule_of(state, caller, rule_id)
@@ -111,7 +116,7 @@ async def delete_rule(rule_id: int, state: State, caller: Caller) -> Response:
 async def list_deliveries(
     state: State,
     caller: Caller,
-    rule_id: int | None = None,
+    rule_id: Annotated[int | None, Query(ge=1, le=MAX_STEP)] = None,
     run_id: Annotated[str | None, Query(max_length=64)] = None,
     status: Literal["pending", "delivered", "failed"] | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
