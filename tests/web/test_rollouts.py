@@ -131,13 +131,26 @@ def test_previous_and_next_episode_by_link_and_key_in_the_step_order(page, seede
     expect(page.locator("#position")).to_have_text(f"1 of {EPISODES_PER_STEP // 2} at this step")
 
 
+def test_the_rows_stay_put_while_the_step_page_fills_in(page, seeded):
+    """The previews and the histogram (its caption) come after the rows: the rows must not
+    move then, or a click aimed at a row's checkbox lands beside it and opens the episode (a
+    14 px shift, when the caption's line appeared, made test_two_rows_of_a_step_side_by_side
+    flaky)."""
+    page.goto(f"/runs/{seeded.train}/steps/1?sort=step")
+    rows = page.locator("#episodes tbody tr")
+    expect(rows).to_have_count(EPISODES_PER_STEP)
+    box = rows.nth(0).locator("input[type=checkbox]")
+    before = box.bounding_box()
+    expect(page.locator("#episodes tbody")).to_have_attribute("data-previews", "loaded")
+    expect(page.locator("#histogram")).to_have_attribute("data-count", str(EPISODES_PER_STEP))
+    expect(page.locator("#histogram-caption")).not_to_be_empty()
+    assert box.bounding_box() == before
+
+
 def test_two_rows_of_a_step_side_by_side(page, seeded, screenshot):
     page.goto(f"/runs/{seeded.train}/steps/1?sort=step")
     rows = page.locator("#episodes tbody tr")
     expect(rows).to_have_count(EPISODES_PER_STEP)
-    # The previews fill their cells after the rows come and the columns widen: a click
-    # aimed at a checkbox while that happens lands on its row, which opens the episode.
-    expect(page.locator("#episodes tbody")).to_have_attribute("data-previews", "loaded")
     button = page.locator("#pair-selected")
     rows.nth(0).locator("input[type=checkbox]").check()
     expect(button).to_be_disabled()
