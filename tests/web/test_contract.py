@@ -20,7 +20,9 @@ from .seed import (
 
 
 def steps_shown(page) -> list[tuple[str, str, str]]:
-    """(step, episodes, off-policy) of each row of the run page's steps table."""
+    """(step, episodes, off-policy) of each row of the run page's steps table (innerText: as
+    shown, so once the overview is, after the page's first reads)."""
+    expect(page.locator("#panel-overview")).to_be_visible()
     rows = page.locator("#steps-table tbody tr")
     cells = rows.evaluate_all(
         "(rows) => rows.map((r) => [r.cells[0].innerText, r.cells[1].innerText,"

@@ -238,6 +238,7 @@ def test_logs_list_every_stream_in_printing_order(page, runs):
     page.goto(f"{runs.url}/runs/{runs.components}#logs")
     lines = page.locator("#log-lines .log-line .text")
     expect(lines).to_have_count(7)
+    expect(lines.first).to_be_visible()  # innerText is what is shown: after the first reads
     assert lines.all_inner_texts() == [
         "trainer 0",
         "orch 0",

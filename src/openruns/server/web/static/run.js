@@ -619,6 +619,9 @@ async function tick() {
   grid.sources[0].start = run.created_at;
   grid.sources[0].kind = run.kind;
   if (first && location.hash === "#logs") showTab("logs");
+  // The header first, from the run alone (drawn again, with what the reads below add, after
+  // them): the reader has it while they are out.
+  if (first) renderHeader(run);
   if ((run.error || ["failed", "crashed"].includes(run.status)) && state.linesPrinted === null) {
     state.linesPrinted = (await api(`${base}/logs`, { tail: "true", limit: 1 })).totals.lines;
   }
@@ -653,4 +656,14 @@ async function tick() {
 setUpSlider();
 setUpNotes();
 setUpTabs();
-const polling = poll(tick, POLL_MS);
+// The tabs and panels are kept out of sight (laid out, not shown) until the first tick has
+// drawn the header and decided what the overview holds: shown before, they were moved down
+// under the reader's pointer, by ~190 px when the header came and again when the step slider
+// did. Shown whatever that tick's reads did (an error is said in the banner above them).
+const polling = poll(async () => {
+  try {
+    return await tick();
+  } finally {
+    for (const part of document.querySelectorAll(".awaiting-run")) part.classList.remove("awaiting-run");
+  }
+}, POLL_MS);
