@@ -165,6 +165,22 @@ new PerformanceObserver((list) => {
 """
 
 
+# Where an element is drawn, frame by frame while it is shown: each new place, in order.
+WHERE_SHOWN = """
+window.__where = [];
+const follow = () => {
+  const el = document.querySelector("SELECTOR");
+  if (el && el.checkVisibility({visibilityProperty: true})) {
+    const box = el.getBoundingClientRect();
+    const at = `${Math.round(box.x)},${Math.round(box.y)}`;
+    if (window.__where.at(-1) !== at) window.__where.push(at);
+  }
+  requestAnimationFrame(follow);
+};
+requestAnimationFrame(follow);
+"""
+
+
 @pytest.mark.parametrize("which", ["train", "eval", "failed"])
 def test_run_page_does_not_move_under_the_reader_as_it_fills_in(page, seeded, which):
     """The header, the step slider and the charts come after the page: shown before them, the
@@ -240,6 +256,17 @@ def test_episode_shows_messages_tool_calls_and_folds_long_text(page, seeded, scr
     # The whole record, on demand.
     page.click("#raw summary")
     expect(page.locator("#raw-body")).to_contain_text(seeded.long_episode)
+
+
+def test_compare_page_does_not_move_its_search_box_as_it_fills_in(page, seeded):
+    """The chosen runs' chips come after the page: the box to add a run, shown before them,
+    moved down by their height (~200 px for 20 runs) under a pointer aimed at it."""
+    page.add_init_script(WHERE_SHOWN.replace("SELECTOR", "#pick-name"))
+    page.goto(f"/compare?runs={seeded.train},{seeded.eval},{seeded.failed}")
+    expect(page.locator("#chosen li")).to_have_count(3)
+    expect(chart(page, "train/loss")).to_have_attribute("data-drawn", "true")
+    page.wait_for_timeout(300)
+    assert len(page.evaluate("window.__where")) == 1, page.evaluate("window.__where")
 
 
 def test_compare_overlays_two_runs(page, seeded, screenshot):

@@ -121,17 +121,26 @@ async function search() {
     timeCell(run.created_at))));
 }
 
+function reveal() {
+  for (const part of document.querySelectorAll(".awaiting-first-reads")) part.classList.remove("awaiting-first-reads");
+}
+
 async function main() {
   el("chart-settings").append(settingsBar());
-  state.runs = await Promise.all(chosenIds().map((id) => api(`/runs/${encodeURIComponent(id)}`)));
-  await rebuild();
+  try {
+    state.runs = await Promise.all(chosenIds().map((id) => api(`/runs/${encodeURIComponent(id)}`)));
+    await rebuild();
+  } catch (error) {
+    reveal(); // the page as it is, under the error's banner
+    throw error;
+  }
   let timer = null;
   el("pick").addEventListener("submit", (e) => e.preventDefault());
   el("pick-name").addEventListener("input", () => {
     clearTimeout(timer);
     timer = setTimeout(() => search().catch(showError), 200);
   });
-  await search();
+  await search().finally(reveal);
   poll(async () => {
     const now = Date.now() / 1000;
     const live = state.runs.some((r) => r.status === "running" || now - (r.finished_at || 0) < AFTER_FINISH_S);
@@ -146,4 +155,7 @@ async function main() {
   }, POLL_MS);
 }
 
+// The search form, the runs offered and the charts are shown once the chosen runs' chips and
+// the runs offered are in: shown before, the form and the charts moved down by the chips'
+// height (~200 px for 20 runs) under the reader's pointer.
 main().catch(showError);

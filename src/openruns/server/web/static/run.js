@@ -619,9 +619,6 @@ async function tick() {
   grid.sources[0].start = run.created_at;
   grid.sources[0].kind = run.kind;
   if (first && location.hash === "#logs") showTab("logs");
-  // The header first, from the run alone (drawn again, with what the reads below add, after
-  // them): the reader has it while they are out.
-  if (first) renderHeader(run);
   if ((run.error || ["failed", "crashed"].includes(run.status)) && state.linesPrinted === null) {
     state.linesPrinted = (await api(`${base}/logs`, { tail: "true", limit: 1 })).totals.lines;
   }
@@ -664,6 +661,6 @@ const polling = poll(async () => {
   try {
     return await tick();
   } finally {
-    for (const part of document.querySelectorAll(".awaiting-run")) part.classList.remove("awaiting-run");
+    for (const part of document.querySelectorAll(".awaiting-first-reads")) part.classList.remove("awaiting-first-reads");
   }
 }, POLL_MS);
