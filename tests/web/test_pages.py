@@ -224,6 +224,17 @@ def test_step_lists_episodes_sorted_by_reward_and_filters(page, seeded):
     page.wait_for_url(re.compile(r".*/steps/4\?.*env=math.*"))
 
 
+def test_episode_page_shows_its_raw_record_toggle_where_it_stays(page, seeded):
+    """The toggle of the raw record sits under the traces: shown before they came, it sat under
+    the nav and moved down with them, under a pointer aimed at it."""
+    page.add_init_script(WHERE_SHOWN.replace("SELECTOR", "#raw summary"))
+    page.goto(f"/runs/{seeded.train}/episodes/{seeded.episodes[1][0]['id']}")
+    expect(page.locator("#traces article.message").first).to_be_visible()
+    expect(page.locator("#raw summary")).to_be_visible()
+    page.wait_for_timeout(300)
+    assert len(page.evaluate("window.__where")) == 1, page.evaluate("window.__where")
+
+
 def test_episode_shows_messages_tool_calls_and_folds_long_text(page, seeded, screenshot):
     page.goto(f"/runs/{seeded.train}/steps/1?sort=step")
     rows = page.locator("#episodes tbody tr")

@@ -194,7 +194,9 @@ async function main() {
   });
   setUpPin(run);
   setUpKeys();
-  annotations(record).catch(showError);
+  // The raw record's toggle is shown once the record and its annotations are drawn above it:
+  // before, it sat under the nav and moved down with them, under a pointer aimed at it.
+  annotations(record).catch(showError).finally(() => el("raw").classList.remove("awaiting-first-reads"));
   const step = pageStep(record, row);
   if (step !== null) await neighbours(step);
 }
