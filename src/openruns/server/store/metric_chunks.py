@@ -490,7 +490,7 @@ def level_one(conn: Connection, key_id: int, first: int, end: int) -> list[Summa
         a, b = np.searchsorted(points.steps, [lo, hi + 1])
         out.extend(s[1:] for s in _summaries(points.steps[a:b], points.values[a:b], size))
     where = {"key_id": key_id, "first": first, "end": end}
-    stored: list[Summary] = [tuple(r) for r in conn.execute(_LEVEL_ONE, where)]
+    stored: list[Summary] = driver_rows(conn, _LEVEL_ONE, where)
     if not chunked:
         return stored
     out.extend(r for r in stored if r[3] >> CHUNK_SHIFT not in chunked)
@@ -520,7 +520,7 @@ def _slice(cols: Columns, lo: int, hi: int) -> list[Point]:
     return list(zip(steps[i:j], cols.values[i:j], times, strict=True))
 
 
-def _driver_rows(conn: Connection, stmt: Any, params: dict[str, Any]) -> list[Any]:
+def driver_rows(conn: Connection, stmt: Any, params: dict[str, Any]) -> list[Any]:
     # The driver's tuples as they are: no result processing needed, and skipping SQLAlchemy's
     # rows halves the CPU of reading a page (an export reads every point).
     result = conn.execute(stmt, params)
@@ -557,7 +557,7 @@ def read(
     n = -1 if limit is None else limit  # LIMIT -1: none (SQLite); see below for PostgreSQL
     if n < 0 and conn.dialect.name == "postgresql":
         n = 2**62
-    rows: list[Point] = _driver_rows(
+    rows: list[Point] = driver_rows(
         conn, _ROWS_DOWN if descending else _ROWS_UP, {**where, "n": n}
     )
     got: list[Point] = []
