@@ -274,6 +274,12 @@ def test_an_unknown_run_is_a_page_that_says_so(lenient_page, runs):
         expect(page.locator(".missing h1")).to_have_text("No run nosuchrun")
         expect(page.locator(".missing")).to_contain_text("No run 'nosuchrun'")
         expect(page.locator("#error")).to_be_hidden()
+    # Compare says it in its banner, and offers its search box (shown once its reads are in,
+    # whatever they did).
+    page.goto(f"{runs.url}/compare?runs=nosuchrun")
+    expect(page.locator("#error")).to_contain_text("nosuchrun")
+    expect(page.locator("#pick-name")).to_be_visible()
+    expect(page.locator("#chosen li")).to_have_count(0)
     page.goto(f"{runs.url}/runs/{runs.one_step_eval}/episodes/nosuchrecord")
     expect(page.locator(".missing h1")).to_have_text("Not found")
     expect(page.locator(".missing")).to_contain_text("nosuchrecord")

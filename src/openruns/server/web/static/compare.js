@@ -131,6 +131,7 @@ async function main() {
     state.runs = await Promise.all(chosenIds().map((id) => api(`/runs/${encodeURIComponent(id)}`)));
     await rebuild();
   } catch (error) {
+    el("chosen").replaceChildren(); // not "Reading the runs…" any more
     reveal(); // the page as it is, under the error's banner
     throw error;
   }
