@@ -144,9 +144,13 @@ def main() -> None:
                     print(f"  {ms:8.1f} ms  {n:5d}  {name}", flush=True)
             browser.close()
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop(proc)
     print(f"load average at end: {os.getloadavg()}", flush=True)
+
+
+def stop(proc) -> None:
+    proc.terminate()
+    proc.wait(30)
 
 
 if __name__ == "__main__":

@@ -557,9 +557,7 @@ def read(
     n = -1 if limit is None else limit  # LIMIT -1: none (SQLite); see below for PostgreSQL
     if n < 0 and conn.dialect.name == "postgresql":
         n = 2**62
-    rows: list[Point] = driver_rows(
-        conn, _ROWS_DOWN if descending else _ROWS_UP, {**where, "n": n}
-    )
+    rows: list[Point] = driver_rows(conn, _ROWS_DOWN if descending else _ROWS_UP, {**where, "n": n})
     got: list[Point] = []
     for number in _numbers(conn, _DOWN if descending else _UP, where):
         cols = _load(conn, key_id, number)
