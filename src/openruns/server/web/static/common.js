@@ -129,6 +129,13 @@ export function showError(error) {
   banner.hidden = false;
 }
 
+// Show what the page laid out out of sight while its first reads were out (the class
+// `awaiting-first-reads`, app.css): shown before them, it moved under the reader's pointer as
+// they came in above it.
+export function revealFirstReads() {
+  for (const part of document.querySelectorAll(".awaiting-first-reads")) part.classList.remove("awaiting-first-reads");
+}
+
 // The page's subject is not there (the API answered 404 for it): a page that says so, in
 // place of an empty page under the banner (issue 24). True when `error` was that 404.
 export function showMissing(error, heading) {

@@ -6,7 +6,7 @@
 // the points past the last step drawn, per running run, every POLL_MS.
 
 import {
-  api, h, poll, runLabel, runTitle, showError, statusBadge, timeCell, View,
+  api, h, poll, revealFirstReads, runLabel, runTitle, showError, statusBadge, timeCell, View,
 } from "./common.js";
 import { COLORS, runColors, settingsBar } from "./charts.js";
 import { ChartGrid } from "./grid.js";
@@ -121,10 +121,6 @@ async function search() {
     timeCell(run.created_at))));
 }
 
-function reveal() {
-  for (const part of document.querySelectorAll(".awaiting-first-reads")) part.classList.remove("awaiting-first-reads");
-}
-
 async function main() {
   el("chart-settings").append(settingsBar());
   try {
@@ -132,7 +128,7 @@ async function main() {
     await rebuild();
   } catch (error) {
     el("chosen").replaceChildren(); // not "Reading the runs…" any more
-    reveal(); // the page as it is, under the error's banner
+    revealFirstReads(); // the page as it is, under the error's banner
     throw error;
   }
   let timer = null;
@@ -141,7 +137,9 @@ async function main() {
     clearTimeout(timer);
     timer = setTimeout(() => search().catch(showError), 200);
   });
-  await search().finally(reveal);
+  // The search box, the runs offered and the charts are shown once the chosen runs' chips
+  // and the offer are in (the chips moved them down by ~200 px for 20 runs).
+  await search().finally(revealFirstReads);
   poll(async () => {
     const now = Date.now() / 1000;
     const live = state.runs.some((r) => r.status === "running" || now - (r.finished_at || 0) < AFTER_FINISH_S);
@@ -156,7 +154,4 @@ async function main() {
   }, POLL_MS);
 }
 
-// The search form, the runs offered and the charts are shown once the chosen runs' chips and
-// the runs offered are in: shown before, the form and the charts moved down by the chips'
-// height (~200 px for 20 runs) under the reader's pointer.
 main().catch(showError);

@@ -5,7 +5,7 @@
 // (a trainer) logged about it, by producer, and a pin for the side-by-side view.
 
 import {
-  api, fill, formatNumber, formatTime, h, pathParts, prefs, runTitle, showError, showMissing,
+  api, fill, formatNumber, formatTime, h, pathParts, prefs, revealFirstReads, runTitle, showError, showMissing,
 } from "./common.js";
 import { errorsList, loadRecord, recordFacts, renderChat } from "./chat.js";
 import { foldText, json, jsonTree } from "./render.js";
@@ -196,7 +196,7 @@ async function main() {
   setUpKeys();
   // The raw record's toggle is shown once the record and its annotations are drawn above it:
   // before, it sat under the nav and moved down with them, under a pointer aimed at it.
-  annotations(record).catch(showError).finally(() => el("raw").classList.remove("awaiting-first-reads"));
+  annotations(record).catch(showError).finally(revealFirstReads);
   const step = pageStep(record, row);
   if (step !== null) await neighbours(step);
 }

@@ -19,7 +19,7 @@
 
 import {
   api, apiSend, fill, apiUrl, downloadLink, formatDuration, formatNumber, formatTime, h, linkRow, navigableRows,
-  isInternalKey, pathParts, poll, rewardMeans, runDuration, runLabel, runTitle, showError, showMissing, statusBadge, timeCell, envName, View,
+  isInternalKey, pathParts, poll, revealFirstReads, rewardMeans, runDuration, runLabel, runTitle, showError, showMissing, statusBadge, timeCell, envName, View,
 } from "./common.js";
 import { runColors, settingsBar } from "./charts.js";
 import { ChartGrid, chartId } from "./grid.js";
@@ -661,6 +661,6 @@ const polling = poll(async () => {
   try {
     return await tick();
   } finally {
-    for (const part of document.querySelectorAll(".awaiting-first-reads")) part.classList.remove("awaiting-first-reads");
+    revealFirstReads();
   }
 }, POLL_MS);
