@@ -18,7 +18,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from ...spec import MAX_STEP
 from ..auth import Principal, acting_team
 from ..errors import forbidden, not_found
 from ..handlers import JSON
@@ -40,8 +39,10 @@ def _team_caller(caller: Principal) -> Principal:
     return caller
 
 
-# A rule's id is a database integer: a larger one is a 422 naming it, not an overflow (a 500).
-RuleId = Annotated[int, Path(ge=1, le=MAX_STEP)]
+# A rule's id is a signed 64-bit column: a larger one is a 422 naming it, not an overflow (a
+# 500).
+MAX_RULE_ID = 2**63 - 1
+RuleId = Annotated[int, Path(ge=1, le=MAX_RULE_ID)]
 
 
 async def _rule_of(state: ServerState, caller: Principal, rule_id: int) -> dict[str, Any]:
@@ -116,7 +117,7 @@ async def delete_rule(rule_id: RuleId, state: State, caller: Caller) -> Response
 async def list_deliveries(
     state: State,
     caller: Caller,
-    rule_id: Annotated[int | None, Query(ge=1, le=MAX_STEP)] = None,
+    rule_id: Annotated[int | None, Query(ge=1, le=MAX_RULE_ID)] = None,
     run_id: Annotated[str | None, Query(max_length=64)] = None,
     status: Literal["pending", "delivered", "failed"] | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
