@@ -52,6 +52,19 @@ def fail(client, run_id: str, error: str = "boom") -> None:
     assert response.status_code == 200, response.text
 
 
+def settled_deliveries(client, **params: Any) -> list[dict[str, Any]]:
+    """The delivery log once no entry is pending: a receiver has the request before the
+    deliverer has its answer and records the outcome, so a test that read the log at once
+    could still see "pending" (patience.SETTLE at most; the caller's asserts then say what)."""
+    deadline = time.monotonic() + patience.SETTLE
+    while True:
+        listed = client.get("/alerts/deliveries", params=params)
+        items: list[dict[str, Any]] = listed.json()["items"]
+        if all(d["status"] != "pending" for d in items) or time.monotonic() > deadline:
+            return items
+        time.sleep(0.05)
+
+
 def settle(client, receiver: Receiver) -> None:
     """Wait for one evaluation round after everything sent before: a sentinel run fails and its
     alert arrives (the `failed` rule `sentinel_rule` made)."""
@@ -138,7 +151,7 @@ def test_a_failed_run_fires_once_signed_with_a_chat_body(make_server, receiver):
         receiver.wait(2)
         assert [r["json"]["text"].count("rl-1") for r in receiver.accepted()] == [1, 0]
 
-        log = client.get("/alerts/deliveries", params={"run_id": run["id"]}).json()["items"]
+        log = settled_deliveries(client, run_id=run["id"])
         assert len(log) == 1
         assert log[0]["status"] == "delivered" and log[0]["attempts"] == 1
         assert log[0]["rule_name"] == "failures" and log[0]["response_status"] == 200
@@ -160,12 +173,7 @@ def test_a_delivery_is_retried_after_a_500(make_server):
             assert len(ids) == 1  # the same delivery, three attempts
             bodies = {r["body"] for r in requests}
             assert len(bodies) == 1
-            deadline = time.monotonic() + patience.SETTLE
-            while True:
-                (log,) = client.get("/alerts/deliveries").json()["items"]
-                if log["status"] == "delivered" or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
+            (log,) = settled_deliveries(client)
             assert (log["status"], log["attempts"]) == ("delivered", 3)
     finally:
         receiver.close()
@@ -180,12 +188,7 @@ def test_a_delivery_refused_with_a_4xx_fails_at_once(make_server, receiver):
         run = create_run(client, project="p")
         fail(client, run["id"])
         settle(client, receiver)
-        deadline = time.monotonic() + patience.SETTLE
-        while True:
-            log = client.get("/alerts/deliveries", params={"run_id": run["id"]}).json()["items"]
-            if log[0]["status"] != "pending" or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        log = settled_deliveries(client, run_id=run["id"])
         assert (log[0]["status"], log[0]["attempts"]) == ("failed", 1)
         assert log[0]["response_status"] == 410 and "HTTP 410" in log[0]["last_error"]
         assert [r["path"] for r in receiver.received()].count("/gone") == 1
@@ -341,7 +344,8 @@ def test_cli_adds_lists_and_removes_rules(make_server, receiver, capsys):
     with api(server.url) as client:
         run = create_run(client, name="cli")
         upload(client, run["id"], "metrics", metric_rows(range(4), loss=8.0))
-    receiver.wait(1)
+        receiver.wait(1)
+        settled_deliveries(client)  # the CLI is asked once the outcome is recorded
     assert openruns_main(["alerts", "deliveries", *base]) == 0
     out, _ = capsys.readouterr()
     assert "loss high" in out and run["id"] in out and "delivered" in out
