@@ -29,10 +29,33 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["SSL_CERT_DIR"] = os.devnull
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked slow (tens of seconds, mostly waiting) run first: xdist's work stealing then
-    fills the other workers around them instead of leaving one of them to end the run alone."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: order kept
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked slow (ten seconds or more, mostly waiting) start first on every worker, so
+    the others' tests fill the cores around them instead of one slow test ending the run alone.
+
+    xdist's worksteal hands the collection out in contiguous slices (worker k of n, of `left`
+    tests not yet handed out: the next left // (n - k)) and steals from the ends of the
+    queues: sorting every slow test to the front gave them all to one worker, which then
+    waited through them one after another (one run: a 20 s test started at 239 s of 264).
+    So each slice begins with its share of the slow tests, a module's together (its module
+    fixtures, a server among them, set up once), the biggest modules dealt first."""
+    rest = [item for item in items if not item.get_closest_marker("slow")]
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    by_module: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        if item.get_closest_marker("slow"):
+            by_module.setdefault(item.nodeid.split("::")[0], []).append(item)
+    shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    for module in sorted(by_module.values(), key=len, reverse=True):
+        min(shares, key=len).extend(module)
+    order: list[pytest.Item] = []
+    left = len(items)
+    for k, share in enumerate(shares):
+        size = left // (workers - k)
+        left -= size
+        order += share + rest[: max(0, size - len(share))]
+        del rest[: max(0, size - len(share))]
+    items[:] = order + rest  # (rest is empty unless a slice held more slow tests than its size)
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ import time
 from urllib.parse import urlsplit
 
 import orjson
+import pytest
 
 from .helpers import api, create_run, metric_rows, upload
 
@@ -130,6 +131,7 @@ def test_tricklers_do_not_starve_a_real_upload(make_server):
             sock.close()
 
 
+@pytest.mark.slow  # waits out idle timeouts: 11 s
 def test_an_idle_upload_loses_its_slot_to_a_waiting_one(make_server):
     # Two slots, one per caller; an upload silent 2 s (idle timeout / 4) may lose its slot.
     server = make_server(
