@@ -253,7 +253,8 @@ metric_blocks = Table(
 
 # Dense series (migration 0019): per (key, 4096 aligned steps) the points as packed columns
 # (store/metric_chunks.py has the format); a (key, step) is a metric_points row or in a chunk,
-# never both.
+# never both. With a rowid on SQLite (migration 0021): its rows overflow their pages, and a
+# WITHOUT ROWID table's key lookups read such rows whole.
 metric_chunks = Table(
     "metric_chunks",
     metadata,
@@ -268,7 +269,6 @@ metric_chunks = Table(
     Column("steps", LargeBinary, nullable=False),
     Column("vals", LargeBinary, nullable=False),
     Column("times", LargeBinary),
-    sqlite_with_rowid=False,
 )
 
 metric_time_points = Table(
