@@ -14,14 +14,16 @@ from alembic import command
 from alembic.config import Config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import create_engine, func, insert, select, text
 
+from openruns.server.errors import ApiError
 from openruns.server.metric_rows import metric_batches
 from openruns.server.store import alerts, metric_chunks, timeline
 from openruns.server.store import metrics as metric_sql
 from openruns.server.store.migrate import SCRIPTS
 from openruns.server.store.schema import BLOCK_SIZES, metric_blocks, metric_keys, metric_points
 from openruns.server.store.schema import metric_chunks as chunks
+from openruns.server.store.sql import executemany
 from openruns.server.store.store import Store
 
 from .helpers import api, create_run, metric_rows, upload
@@ -447,5 +449,30 @@ def test_chunks_written_before_0021_read_back_the_same_after_it(backend, stores_
                 )
                 == 3
             )
+    finally:
+        store.close()
+
+
+def test_a_read_past_the_query_timeout_is_a_503_through_the_drivers_cursor(tmp_path):
+    """The chart reads hand their statements to the driver's cursor (sql.driver_rows); a read
+    SQLite stops at the query timeout is still the 503 every other statement gives. SQLite
+    only: its timeout is the store's own progress handler, checked every 20,000 steps of its
+    VM, so a timeout of 0 stops a read of 60,000 rows every time (PostgreSQL's is its
+    server's statement_timeout, which no statement here is sure to exceed)."""
+    url = f"sqlite:///{tmp_path}/openruns.db"
+    rows = [(1, step, float(step), None) for step in range(60_000)]
+    columns = ("key_id", "step", "value", "ts")
+    setup = Store.open(url)
+    try:
+        setup.db.write_sync(lambda conn: executemany(conn, insert(metric_points), columns, rows))
+        read = setup.db.read_sync(lambda conn: metric_chunks.read(conn, 1, 0, 10**9))
+        assert len(read) == 60_000
+    finally:
+        setup.close()
+    store = Store.open(url, query_timeout=0.0)
+    try:
+        with pytest.raises(ApiError) as stopped:
+            store.db.read_sync(lambda conn: metric_chunks.read(conn, 1, 0, 10**9))
+        assert (stopped.value.status_code, stopped.value.code) == (503, "query_timeout")
     finally:
         store.close()

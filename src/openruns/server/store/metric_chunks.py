@@ -45,7 +45,7 @@ import zstandard
 from sqlalchemy import Connection, and_, bindparam, delete, func, literal, select
 
 from .schema import BLOCK_SIZES, metric_blocks, metric_chunks, metric_points
-from .sql import among, executemany, upsert
+from .sql import among, driver_rows, executemany, upsert
 
 __all__ = [
     "CHUNK_LEVEL",
@@ -484,7 +484,7 @@ def level_one(conn: Connection, key_id: int, first: int, end: int) -> list[Summa
     out: list[Summary] = []
     chunked: set[int] = set()
     where = {"key_id": key_id, "c0": lo >> CHUNK_SHIFT, "c1": hi >> CHUNK_SHIFT}
-    for number, first_step, last_step, steps, vals in conn.execute(_CHUNK_VALUES, where):
+    for number, first_step, last_step, steps, vals in driver_rows(conn, _CHUNK_VALUES, where):
         chunked.add(number)
         points = _decode_points(first_step, last_step, steps, vals, None)
         a, b = np.searchsorted(points.steps, [lo, hi + 1])
@@ -506,7 +506,9 @@ def _where(key_id: int, lo: int, hi: int) -> dict[str, int]:
 
 
 def _load(conn: Connection, key_id: int, chunk: int) -> Columns:
-    first, last, steps, vals, times = conn.execute(_LOAD, {"key_id": key_id, "chunk": chunk}).one()
+    [(first, last, steps, vals, times)] = driver_rows(
+        conn, _LOAD, {"key_id": key_id, "chunk": chunk}
+    )
     return decode(first, last, steps, vals, times)
 
 
@@ -518,16 +520,6 @@ def _slice(cols: Columns, lo: int, hi: int) -> list[Point]:
         return list(zip(steps[i:j], cols.values[i:j], itertools.repeat(None), strict=False))
     times = [None if t != t else t for t in cols.times[i:j]]  # NaN: no time
     return list(zip(steps[i:j], cols.values[i:j], times, strict=True))
-
-
-def driver_rows(conn: Connection, stmt: Any, params: dict[str, Any]) -> list[Any]:
-    # The driver's tuples as they are: no result processing needed, and skipping SQLAlchemy's
-    # rows halves the CPU of reading a page (an export reads every point).
-    result = conn.execute(stmt, params)
-    try:
-        return list(result.cursor.fetchall())
-    finally:
-        result.close()
 
 
 def _numbers(conn: Connection, stmt: Any, where: dict[str, int]) -> Iterator[int]:
@@ -581,15 +573,15 @@ def extent(
     among them, and of the chunks wholly inside, is counted up to `up_to` only (enough to
     know whether a read must be downsampled)."""
     where = _where(key_id, lo, hi)
-    first, last, count, inner_first, inner_last, inner_count = conn.execute(
-        _EXTENT, {**where, "up_to": up_to}
-    ).one()
+    [(first, last, count, inner_first, inner_last, inner_count)] = driver_rows(
+        conn, _EXTENT, {**where, "up_to": up_to}
+    )
     count = int(count or 0)
     if inner_first is not None:
         first = inner_first if first is None else min(first, inner_first)
         last = inner_last if last is None else max(last, inner_last)
         count += int(inner_count)
-    for n, number, c_first, c_last, gaps in conn.execute(_EDGE_CHUNKS, where).all():
+    for n, number, c_first, c_last, gaps in driver_rows(conn, _EDGE_CHUNKS, where):
         if c_last < lo or c_first > hi:
             continue
         if (c_first < lo or c_last > hi) and not gaps:  # contiguous, at an edge

@@ -53,7 +53,7 @@ from .schema import (
 from .schema import (
     metric_chunks as chunks_table,
 )
-from .sql import among, executemany, upsert
+from .sql import among, driver_rows, executemany, upsert
 
 __all__ = [
     "EVAL_PREFIX",
@@ -566,7 +566,7 @@ def _cover(conn: Connection, key_id: int, lo: int, hi: int, level: int) -> list[
         blocks = metric_chunks.level_one(conn, key_id, first, end)
     else:
         where = {"key_id": key_id, "level": level, "first": first, "end": end}
-        blocks = metric_chunks.driver_rows(conn, _BLOCKS, where)
+        blocks = driver_rows(conn, _BLOCKS, where)
     head = _cover(conn, key_id, lo, first * size - 1, level - 1) if lo < first * size else []
     tail = _cover(conn, key_id, end * size, hi, level - 1) if end * size <= hi else []
     return head + blocks + tail
