@@ -8,12 +8,14 @@ points per key, so no block summaries are kept for them).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, func, select
+from sqlalchemy import Connection, and_, bindparam, exists, func, select
 
 from .schema import metric_keys, metric_time_points
+from .sql import driver_rows
 
 __all__ = ["key_stats", "time_points_page", "time_series"]
 
@@ -73,13 +75,12 @@ def time_series(
         ids = {n: found[n] for n in dict.fromkeys(names) if n in found}
     out: dict[str, dict[str, list[Any]]] = {}
     downsampled = False
+    span = {
+        "ts_min": -math.inf if ts_min is None else ts_min,
+        "ts_max": math.inf if ts_max is None else ts_max,
+    }
     for name, key_id in ids.items():
-        where = [t.c.key_id == key_id]
-        if ts_min is not None:
-            where.append(t.c.ts >= ts_min)
-        if ts_max is not None:
-            where.append(t.c.ts <= ts_max)
-        rows = conn.execute(select(t.c.ts, t.c.value).where(*where).order_by(t.c.ts)).all()
+        rows = driver_rows(conn, _POINTS, {"key_id": key_id, **span})
         if not rows:
             continue
         if max_points and len(rows) > max_points:
@@ -94,6 +95,19 @@ def time_series(
             "max": [b[3] for b in buckets],
         }
     return out, downsampled
+
+
+# A key's points in a time range, built once (a chart read asks it for every key of every
+# run: 160 times for the compare page's first read); no bound is an infinite one.
+_POINTS = (
+    select(metric_time_points.c.ts, metric_time_points.c.value)
+    .where(
+        metric_time_points.c.key_id == bindparam("key_id"),
+        metric_time_points.c.ts >= bindparam("ts_min"),
+        metric_time_points.c.ts <= bindparam("ts_max"),
+    )
+    .order_by(metric_time_points.c.ts)
+)
 
 
 def _time_buckets(
