@@ -8,10 +8,11 @@ key up in such a tree, compares it with a cell by reading the cell's whole recor
 record overflows its page (btree.c, sqlite3BtreeIndexMoveto; SQLite's own advice is WITHOUT
 ROWID for rows under ~1/20 of a page). A chunk's row is its packed columns, up to ~64 KB: every
 probe of (key_id, chunk) read several whole chunks, overflow pages and all, to find one. The
-extent of a chart read (a few probes of a key's chunks) cost 0.37 ms a key, 58 ms of the
-~210 ms that the compare page's read of 20 runs x 8 keys took in the store; in a table with a
-rowid, (key_id, chunk) is its own small index (sqlite_autoindex_metric_chunks_1) and the same
-probes cost 0.05 ms a key (docs/benchmarks.md, "Chunks without overflowing keys").
+extent of a chart read (a few probes of a key's chunks) cost 0.57 ms a key in the server,
+92 of the ~216 ms that the compare page's read of 20 runs x 8 keys took in the store (0.37 ms
+in plain sqlite3); in a table with a rowid, (key_id, chunk) is its own small index (sqlite_autoindex_metric_chunks_1) and the same
+probes cost 0.05 ms a key (docs/benchmarks.md, "Chunks with a rowid, reads on the driver's
+cursor").
 
 On SQLite the table is rebuilt: its rows are copied once into the new table (2.9 s for 11,250
 chunks, 1 GB, on this 2-core machine; the old pages go to the file's free list, reused by
