@@ -167,3 +167,33 @@ def new_key(stores: Any, team: str, capsys: Any) -> str:
     out, err = capsys.readouterr()
     assert "not shown again" in err
     return out.strip()
+
+
+@contextlib.contextmanager
+def database_at(
+    revision: str, backend: str, stores_factory: Any, tmp_path: Path
+) -> Iterator[tuple[str, Any]]:
+    """A new database of `backend` migrated only up to `revision` (a schema of before), and a
+    connection to it in one transaction, to write rows as a server of then did: yields (url,
+    connection). `Store.open(url)` afterwards migrates it to the newest schema."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+
+    from openruns.server.store.migrate import SCRIPTS
+
+    if backend == "postgres":
+        url = stores_factory.postgres().new_database(migrated=False)
+        url = url.replace("postgresql://", "postgresql+psycopg://")
+    else:
+        url = f"sqlite:///{tmp_path}/openruns.db"
+    engine = create_engine(url)
+    config = Config()
+    config.set_main_option("script_location", str(SCRIPTS))
+    try:
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, revision)
+            yield url, conn
+    finally:
+        engine.dispose()

@@ -11,16 +11,22 @@ import hmac
 import uuid
 
 import pytest
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import create_engine, insert
+from sqlalchemy import insert
 
 from openruns.server.store import Store
 from openruns.server.store.metrics import MAX_STEP
-from openruns.server.store.migrate import SCRIPTS
 from openruns.server.store.schema import runs as runs_table
 
-from .helpers import api, create_run, episode, error_of, metric_rows, ndjson, upload
+from .helpers import (
+    api,
+    create_run,
+    database_at,
+    episode,
+    error_of,
+    metric_rows,
+    ndjson,
+    upload,
+)
 
 
 def _unique(prefix: str = "r") -> str:
@@ -100,24 +106,13 @@ def test_auth_off_keeps_ids_unique_across_team_labels(client):
 
 
 def test_a_database_migrated_before_per_team_ids_keeps_its_runs(backend, stores_factory, tmp_path):
-    if backend == "postgres":
-        url = stores_factory.postgres().new_database(migrated=False)
-        url = url.replace("postgresql://", "postgresql+psycopg://")
-    else:
-        url = f"sqlite:///{tmp_path}/openruns.db"
-    engine = create_engine(url)
-    config = Config()
-    config.set_main_option("script_location", str(SCRIPTS))
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "0006")
+    with database_at("0006", backend, stores_factory, tmp_path) as (url, conn):
         conn.execute(
             insert(runs_table).values(
                 id="old-run", team_id="red", kind="eval", environments="[]", tags="[]",
                 status="running", summary="{}", losses="{}", created_at=1.0, updated_at=1.0,
             )
         )  # fmt: skip
-    engine.dispose()
     store = Store.open(url)  # migrates to the newest schema
     try:
         old = store.db.read_sync(lambda conn: _get(conn, "old-run", "red"))

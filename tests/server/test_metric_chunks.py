@@ -10,23 +10,20 @@ import math
 import numpy as np
 import orjson
 import pytest
-from alembic import command
-from alembic.config import Config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import create_engine, func, insert, select, text
+from sqlalchemy import func, insert, select, text
 
 from openruns.server.errors import ApiError
 from openruns.server.metric_rows import metric_batches
 from openruns.server.store import alerts, metric_chunks, timeline
 from openruns.server.store import metrics as metric_sql
-from openruns.server.store.migrate import SCRIPTS
 from openruns.server.store.schema import BLOCK_SIZES, metric_blocks, metric_keys, metric_points
 from openruns.server.store.schema import metric_chunks as chunks
 from openruns.server.store.sql import executemany
 from openruns.server.store.store import Store
 
-from .helpers import api, create_run, metric_rows, upload
+from .helpers import api, create_run, database_at, metric_rows, upload
 from .test_deletion import rows_left, seq_of
 from .test_store import assert_buckets
 
@@ -400,11 +397,6 @@ def test_chunks_written_before_0021_read_back_the_same_after_it(backend, stores_
     """Migration 0021 rebuilds metric_chunks with a rowid on SQLite (a WITHOUT ROWID table's
     lookups read its overflowing rows whole); the chunks of a database from before are kept,
     byte for byte. On PostgreSQL it changes nothing."""
-    if backend == "postgres":
-        url = stores_factory.postgres().new_database(migrated=False)
-        url = url.replace("postgresql://", "postgresql+psycopg://")
-    else:
-        url = f"sqlite:///{tmp_path}/openruns.db"
     dense = metric_chunks.Points(
         steps=np.arange(0, 3 * CHUNK, 3, dtype=np.int64),  # spans three chunks, with gaps
         values=np.linspace(-1.0, 1.0, CHUNK),
@@ -415,15 +407,9 @@ def test_chunks_written_before_0021_read_back_the_same_after_it(backend, stores_
         for c in range(3)
         if (part := (dense.steps // CHUNK) == c).any()
     }
-    engine = create_engine(url)
-    config = Config()
-    config.set_main_option("script_location", str(SCRIPTS))
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "0020")
+    with database_at("0020", backend, stores_factory, tmp_path) as (url, conn):
         assert metric_chunks.write(conn, dict(groups), {}) == {}
         before = conn.execute(select(chunks).order_by(chunks.c.chunk)).all()
-    engine.dispose()
     assert len(before) == 3
     store = Store.open(url)  # migrates to the newest schema
     try:

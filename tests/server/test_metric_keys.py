@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import orjson
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from openruns.server.store import Store, key_pages
-from openruns.server.store.migrate import SCRIPTS
 
-from .helpers import create_run, error_of, upload
+from .helpers import create_run, database_at, error_of, upload
 
 
 def _row(step: int | None, values: dict[str, float], ts: float = 1.0e9) -> bytes:
@@ -134,22 +131,11 @@ def test_a_series_read_gives_at_most_500_keys(client):
 
 def test_a_database_from_before_keeps_its_keys_in_recent_order(backend, stores_factory, tmp_path):
     """Migration 0015 fills each key's last step from its block summaries."""
-    if backend == "postgres":
-        url = stores_factory.postgres().new_database(migrated=False)
-        url = url.replace("postgresql://", "postgresql+psycopg://")
-    else:
-        url = f"sqlite:///{tmp_path}/openruns.db"
-    engine = create_engine(url)
-    config = Config()
-    config.set_main_option("script_location", str(SCRIPTS))
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "0011")
+    with database_at("0011", backend, stores_factory, tmp_path) as (url, conn):
         conn.execute(text("INSERT INTO metric_keys (id, run_seq, name) VALUES (1, 7, 'old'), "
                           "(2, 7, 'new'), (3, 7, 'by-time-only')"))  # fmt: skip
         blocks = "INSERT INTO metric_blocks VALUES (:key, 5, 0, 1, 1.0, 1.0, :step, 1.0)"
         conn.execute(text(blocks), [{"key": 1, "step": 3}, {"key": 2, "step": 900}])
-    engine.dispose()
     store = Store.open(url)  # migrates to the newest schema
     try:
         page = store.db.read_sync(lambda conn: key_pages.key_page(conn, 7, 10, order="recent"))
