@@ -8,16 +8,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import create_engine, insert, select
+from sqlalchemy import insert, select
 
 from openruns.server.store import Store
-from openruns.server.store.migrate import SCRIPTS
 from openruns.server.store.schema import runs as runs_table
 
 from ..patience import REQUEST
-from .helpers import create_run, error_of, metric_rows, upload
+from .helpers import create_run, database_at, error_of, metric_rows, upload
 
 CONFIGS = {
     "a": ("json", {"lr": 1e-6, "optimizer": {"name": "adam", "betas": [0.9, 0.99]}, "seed": 1}),
@@ -278,18 +275,8 @@ def _bearer(key: str) -> dict[str, str]:
 
 
 def test_migration_fills_the_config_values_of_existing_runs(backend, stores_factory, tmp_path):
-    if backend == "postgres":
-        url = stores_factory.postgres().new_database(migrated=False)
-        url = url.replace("postgresql://", "postgresql+psycopg://")
-    else:
-        url = f"sqlite:///{tmp_path}/openruns.db"
-    engine = create_engine(url)
-    config = Config()
-    config.set_main_option("script_location", str(SCRIPTS))
     old = {"toml": 'lr = 0.5\n[opt]\nname = "adam"\n', "text": "just words"}
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "0011")
+    with database_at("0011", backend, stores_factory, tmp_path) as (url, conn):
         for form, text in old.items():
             conn.execute(
                 insert(runs_table).values(
@@ -298,7 +285,6 @@ def test_migration_fills_the_config_values_of_existing_runs(backend, stores_fact
                     config=orjson.dumps({"format": form, "text": text}).decode(),
                 )
             )  # fmt: skip
-    engine.dispose()
     store = Store.open(url)  # migrates to the newest schema
     try:
         rows = store.db.read_sync(
