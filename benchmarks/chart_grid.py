@@ -8,7 +8,10 @@ so `--src` measures another checkout's, e.g. main's Plotly grid before uPlot:
     uv run python benchmarks/chart_grid.py --data-dir /tmp/grid-data --src /tmp/before-base/src
     uv run python benchmarks/chart_grid.py --data-dir /tmp/grid-data   # this tree's
 
-Pages, each opened `--repeats` times in one browser context (the first cold):
+Pages, each opened `--repeats` times in one browser context (the first cold: the browser's
+cache empty and, unless `--warm-server`, the server's first reads since it started;
+`--warm-server` loads the page once first in a context thrown away, so the first load is a
+first visit to a server that has been serving):
 
 1. run50: the run page of 50 metrics x 100,000 steps: the first screen (every chart in the
    first viewport drawn) and all 50 drawn;
@@ -302,6 +305,9 @@ def main() -> None:
     parser.add_argument("--compare-steps", type=int, default=100_000)
     parser.add_argument("--keys", type=int, default=100_000, help="keys of the many-keys run")
     parser.add_argument("--seed-only", action="store_true")
+    parser.add_argument(
+        "--warm-server", action="store_true", help="one load first, in a context thrown away"
+    )
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()}; code: {args.src}", flush=True)
     marker = args.data_dir.with_suffix(".seeded.json")
@@ -338,6 +344,8 @@ def main() -> None:
                 if args.part not in (name, "all"):
                     continue
                 print(f"{name}: {path[:60]} ({expected} charts)", flush=True)
+                if args.warm_server:
+                    measure(browser, url, path, expected, scroll, 1)
                 print(
                     table(measure(browser, url, path, expected, scroll, args.repeats)), flush=True
                 )
