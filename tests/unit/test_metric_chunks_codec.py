@@ -63,3 +63,26 @@ def test_contiguous_steps_take_no_bytes_and_columns_compress_where_it_pays():
     assert packed_steps and len(packed_steps) < len(sparse)  # deltas of 3: compressed
     back = decode(sparse[0], sparse[-1], *encode(Columns(sparse, array("d", noise[::3]), None)))
     assert list(back.steps) == sparse
+
+
+def test_keys_sharing_their_times_pack_them_once_and_each_reads_its_own():
+    """A write's chunks share one memo of packed times (the keys of a row share its time):
+    the same times column is packed once, and every chunk decodes to its own points."""
+    steps = list(range(2 * CHUNK_STEPS, 2 * CHUNK_STEPS + 600))
+    stamps = array("d", [1.7e9 + s / 10 for s in steps])
+    other = array("d", [1.8e9 + s for s in steps])
+    memo: dict[bytes, bytes] = {}
+    columns = [
+        (key, encode(Columns(steps, array("d", [key + s for s in steps]), times), memo))
+        for key, times in ((0, stamps), (1, stamps), (2, other), (3, stamps))
+    ]
+    assert len(memo) == 2  # two distinct times columns among four chunks
+    assert columns[0][1][2] is columns[1][1][2] is columns[3][1][2]
+    for key, packed in columns:
+        alone = encode(
+            Columns(steps, array("d", [key + s for s in steps]), other if key == 2 else stamps)
+        )
+        assert packed == alone  # the same bytes as packed without the memo
+        back = decode(steps[0], steps[-1], *packed)
+        assert list(back.values) == [key + s for s in steps]
+        assert list(back.times) == list(other if key == 2 else stamps)

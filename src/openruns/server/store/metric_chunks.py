@@ -118,9 +118,14 @@ class Columns(NamedTuple):
     times: array[float] | None
 
 
-def encode(cols: Columns | Points) -> tuple[bytes, bytes, bytes | None]:
+def encode(
+    cols: Columns | Points, packed_times: dict[bytes, bytes] | None = None
+) -> tuple[bytes, bytes, bytes | None]:
     """(steps, vals, times) columns of a chunk's points (at least one, steps ascending within
-    one chunk's range)."""
+    one chunk's range). `packed_times` ({raw: packed}, kept by the caller across the chunks of
+    one write) compresses a times column once: the keys of a row share its time, so an
+    upload's keys have the same times column in each chunk (its zstd was two thirds of a
+    chunk's encoding, 20 times over for 20 keys)."""
     steps = np.asarray(cols.steps, np.int64)
     if steps[-1] - steps[0] + 1 == len(steps):
         packed_steps = b""
@@ -128,7 +133,13 @@ def encode(cols: Columns | Points) -> tuple[bytes, bytes, bytes | None]:
         deltas = np.diff(steps, prepend=steps[0] - steps[0] % CHUNK_STEPS)
         packed_steps = _pack(deltas.astype("<u2").tobytes(), compress=True)
     values = np.asarray(cols.values, "<f8").tobytes()
-    times = None if cols.times is None else _pack(np.asarray(cols.times, "<f8").tobytes(), True)
+    times = None
+    if cols.times is not None:
+        raw = np.asarray(cols.times, "<f8").tobytes()
+        memo = {} if packed_times is None else packed_times
+        times = memo.get(raw)
+        if times is None:
+            times = memo[raw] = _pack(raw, True)
     return packed_steps, _pack(values, compress=True), times
 
 
@@ -215,14 +226,16 @@ def write(
     absorbed = _absorb(conn, [g for g in dense if g not in stored])
     chunk_rows: list[tuple[Any, ...]] = []
     block_rows: list[tuple[Any, ...]] = []
+    packed_times: dict[bytes, bytes] = {}
     for key_id, number in sorted(dense):
         new = points_of(groups[(key_id, number)])
         rows = absorbed.get((key_id, number))
         merged = _merge(stored.get((key_id, number)), rows, new)
         values = merged.values
+        columns = encode(merged, packed_times)
         chunk_rows.append(
             (key_id, number, len(values), float(values.min()), float(values.max()),
-             int(merged.steps[0]), int(merged.steps[-1]), float(values[-1]), *encode(merged))
+             int(merged.steps[0]), int(merged.steps[-1]), float(values[-1]), *columns)
         )  # fmt: skip
         # The level-2 blocks of the new points, and of the absorbed rows (written as rows
         # earlier in this upload, their blocks may not be built yet).
