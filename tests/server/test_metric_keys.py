@@ -129,6 +129,36 @@ def test_a_series_read_gives_at_most_500_keys(client):
     assert one["downsampled"] is True and one["series"]["m000"]["value"] == [2.0]
 
 
+def test_several_runs_keys_are_read_at_once_as_each_alone(client):
+    """GET /metrics/keys (the compare page's read): each run's page is its own route's first
+    page, exactly, its next pages read there with its cursor; what cannot be answered is a 4xx
+    that says so."""
+    many, few = _many_keys_run(client), create_run(client)["id"]
+    assert upload(client, few, "metrics", _row(2, {"loss": 1.0, "acc": 0.5})).status_code == 200
+    for params in ({"order": "recent", "limit": 60}, {"q": "k04"}, {"prefix": "eval/"}, {}):
+        both = client.get("/metrics/keys", params={**params, "runs": f"{many},{few},{many}"})
+        assert both.status_code == 200, both.text
+        answers = both.json()["runs"]
+        assert list(answers) == [many, few]  # a repeated id answered once
+        for rid in (many, few):
+            alone = client.get(f"/runs/{rid}/metrics/keys", params={"limit": 500, **params})
+            assert answers[rid] == alone.json(), params
+    page = client.get("/metrics/keys", params={"runs": many, "limit": 200}).json()["runs"][many]
+    rest = _pages(client, many, limit=200, cursor=page["next_cursor"])
+    assert len(page["items"]) + sum(len(p["items"]) for p in rest) == 252
+    status, code, message = error_of(client.get("/metrics/keys", params={"runs": f"{few},nope"}))
+    assert status == 404 and "nope" in message, (code, message)
+    assert error_of(client.get("/metrics/keys", params={"runs": ","}))[:2] == (400, "empty_read")
+    ids = ",".join(f"r{i}" for i in range(101))
+    assert error_of(client.get("/metrics/keys", params={"runs": ids}))[:2] == (
+        400,
+        "too_many_runs",
+    )
+    wide = {"runs": ",".join([few, *(f"x{i}" for i in range(11))]), "limit": 5000}
+    status, code, message = error_of(client.get("/metrics/keys", params=wide))
+    assert (status, code) == (400, "too_many_keys") and "12 runs x limit=5000" in message
+
+
 def test_a_database_from_before_keeps_its_keys_in_recent_order(backend, stores_factory, tmp_path):
     """Migration 0015 fills each key's last step from its block summaries."""
     with database_at("0011", backend, stores_factory, tmp_path) as (url, conn):

@@ -240,6 +240,7 @@ def test_several_runs_are_read_at_once_as_each_alone(client):
 
 
 def test_a_read_of_several_runs_refuses_another_teams_run(teams):
+    """GET /metrics and GET /metrics/keys: a run of another team fails the read, named."""
     server, keys, _ = teams
     with api(server.url, keys["red"]) as red, api(server.url, keys["blue"]) as blue:
         mine, theirs = create_run(red)["id"], create_run(blue)["id"]
@@ -248,3 +249,7 @@ def test_a_read_of_several_runs_refuses_another_teams_run(teams):
         status, _, message = error_of(answer)
         assert status == 404 and theirs in message
         assert red.get("/metrics", params={"runs": mine, "keys": "loss"}).status_code == 200
+        # So does the read of several runs' keys.
+        status, _, message = error_of(red.get("/metrics/keys", params={"runs": f"{mine},{theirs}"}))
+        assert status == 404 and theirs in message
+        assert red.get("/metrics/keys", params={"runs": mine}).status_code == 200

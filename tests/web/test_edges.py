@@ -280,6 +280,11 @@ def test_an_unknown_run_is_a_page_that_says_so(lenient_page, runs):
     expect(page.locator("#error")).to_contain_text("nosuchrun")
     expect(page.locator("#pick-name")).to_be_visible()
     expect(page.locator("#chosen li")).to_have_count(0)
+    # A missing run among others: those are compared, the banner names the one not found.
+    page.goto(f"{runs.url}/compare?runs={runs.one_step_eval},nosuchrun")
+    expect(page.locator("#error")).to_contain_text("No run 'nosuchrun'")
+    expect(page.locator("#chosen li")).to_have_count(1)
+    expect(page.locator(f"#chosen li[data-run-id='{runs.one_step_eval}']")).to_be_visible()
     page.goto(f"{runs.url}/runs/{runs.one_step_eval}/episodes/nosuchrecord")
     expect(page.locator(".missing h1")).to_have_text("Not found")
     expect(page.locator(".missing")).to_contain_text("nosuchrecord")

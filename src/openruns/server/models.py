@@ -34,6 +34,8 @@ __all__ = [
     "RunList",
     "RunOut",
     "RunPatch",
+    "RunsMetricKeys",
+    "RunsMetricSeries",
     "StepRow",
 ]
 
@@ -277,6 +279,10 @@ class MetricKeyPage(BaseModel):
     )
     next_cursor: str | None = Field(description="pass back as `cursor` for the next page")
     total: int = Field(description="how many keys of the run match `q` / `prefix`")
+
+
+class RunsMetricKeys(BaseModel):
+    runs: dict[str, MetricKeyPage] = Field(description="each run's first page of keys, by id")
 
 
 class Series(BaseModel):

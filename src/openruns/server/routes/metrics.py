@@ -10,7 +10,14 @@ from ...batches import BATCH_CONTENT_TYPE
 from ..errors import bad_request
 from ..handlers import JSON
 from ..ingest import MAX_KEY_CHARS, upload_metrics
-from ..models import MetricKey, MetricKeyPage, MetricSeries, MetricsReceipt, RunsMetricSeries
+from ..models import (
+    MetricKey,
+    MetricKeyPage,
+    MetricSeries,
+    MetricsReceipt,
+    RunsMetricKeys,
+    RunsMetricSeries,
+)
 from ..store import key_pages, metrics
 from ..store.key_pages import KeyOrder
 from ..store.metrics import MAX_STEP, is_kind
@@ -25,6 +32,7 @@ MAX_KEYS_PAGE = 5000
 MAX_SERIES_KEYS = 500  # series of one read (each is up to max_points points, 4 numbers each)
 MAX_RUNS_READ = 100  # runs of one read of several (the compare page's)
 MAX_KEYS_UNPAGED = 10_000  # the one-list answer of 10,000 keys is about 1 MB
+MAX_RUNS_KEYS = 50_000  # keys of one read of several runs' pages: 100 runs x the default page
 _KEY_CURSORS: dict[str, tuple[tuple[type, ...], ...]] = {
     "name": ((str,),),
     "recent": ((int,), (str,)),
@@ -114,6 +122,61 @@ async def metric_keys(
     )
     next_cursor = encode_cursor(page.after) if page.after is not None else None
     return JSON({"items": page.items, "next_cursor": next_cursor, "total": page.total})
+
+
+@router.get("/metrics/keys", response_model=RunsMetricKeys)
+async def runs_metric_keys(
+    state: State,
+    caller: Caller,
+    runs: Annotated[str, Query(min_length=1, max_length=20_000, description="comma-separated")],
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_KEYS_PAGE, description="keys per run (default 500)")
+    ] = DEFAULT_KEYS_PAGE,
+    q: Annotated[
+        str | None, Query(max_length=MAX_KEY_CHARS, description="keys containing this, any case")
+    ] = None,
+    prefix: Annotated[
+        str | None, Query(max_length=MAX_KEY_CHARS, description="keys starting with this")
+    ] = None,
+    order: Annotated[
+        KeyOrder,
+        Query(description="name (default), or recent: the keys logged at the latest step first"),
+    ] = "name",
+) -> JSON:
+    """
+    The first page of metric keys of several runs in one read, each run's as
+    `/runs/{id}/metrics/keys` gives it with the same `limit`, `q`, `prefix` and `order` (the
+    compare page: the keys of 20 runs in one request, not 20); a run's next pages are read
+    from its own route with its `next_cursor`. At most 100 runs, and runs x `limit` at most
+    50,000; a run the caller cannot read fails the read, naming it.
+    """
+    ids = list(dict.fromkeys(r for r in runs.split(",") if r))
+    if not ids:
+        raise bad_request("empty_read", "name at least one run (runs=)")
+    if len(ids) > MAX_RUNS_READ:
+        raise bad_request(
+            "too_many_runs", f"{len(ids)} runs were asked for; one read gives {MAX_RUNS_READ}"
+        )
+    if len(ids) * limit > MAX_RUNS_KEYS:
+        raise bad_request(
+            "too_many_keys",
+            f"{len(ids)} runs x limit={limit} is more than {MAX_RUNS_KEYS} keys in one answer: "
+            "ask for fewer runs or a smaller limit",
+        )
+    seqs = [(await readable_run(state, caller, run_id))["seq"] for run_id in ids]
+    pages = await state.store.read(key_pages.first_pages, seqs, limit, q, prefix, order)
+    return JSON(
+        {
+            "runs": {
+                run_id: {
+                    "items": page.items,
+                    "next_cursor": encode_cursor(page.after) if page.after is not None else None,
+                    "total": page.total,
+                }
+                for run_id, page in zip(ids, pages, strict=True)
+            }
+        }
+    )
 
 
 @router.get("/runs/{run_id}/metrics", response_model=MetricSeries)

@@ -10,10 +10,12 @@ import {
 } from "./common.js";
 import { COLORS, runColors, settingsBar } from "./charts.js";
 import { ChartGrid } from "./grid.js";
-import { CHARTED, firstKeys, recentKeys } from "./keys.js";
+import { ALL_KEYS, CHARTED, firstKeys } from "./keys.js";
 
 const POLL_MS = 3000;
+const BAND_STEPS = 10; // the newest steps read for rewards: two with one, and the bands are drawn
 const AFTER_FINISH_S = 90;
+const IDS_PER_LISTING = 50; // run ids of one listing: 50 of 64 characters fit its filter's 4,096
 
 const el = (id) => document.getElementById(id);
 const state = { runs: [], grid: null };
@@ -58,23 +60,25 @@ async function rebuild() {
   const palette = colors();
   state.grid = new ChartGrid(root, state.runs.map((run) => ({ runId: run.id, label: runLabel(run), color: palette.get(run.id), kind: run.kind, start: run.created_at })));
   const grid = state.grid;
-  // The newest steps (is there a reward band to draw, at the top?) and the keys, side by side.
-  const [steps, keys] = await Promise.all([
-    Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/steps`, { order: "desc", limit: 500 }))),
-    chartedKeys(state.runs),
-  ]);
+  const keys = await chartedKeys(state.runs);
   if (grid !== state.grid) return; // rebuilt meanwhile, for other runs
-  if (steps.some((rows) => rows.filter((row) => row.step !== null && row.avg_reward !== null).length > 1)) state.grid.addBands();
-  await refresh(keys);
+  const charted = refresh(keys); // the grid's series reads are asked for first
+  // A reward band (at the top) when a run's newest steps have rewards: read after the series
+  // were asked for, so that its 20 reads queue behind them, not before.
+  const steps = await Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/steps`, { order: "desc", limit: BAND_STEPS })));
+  if (grid === state.grid && steps.some((rows) => rows.filter((row) => row.step !== null && row.avg_reward !== null).length > 1)) grid.addBands();
+  await charted;
 }
 
-// The keys charted of each run: of a run of more keys than one read gives (issue 21), its
-// CHARTED most recent.
-function chartedKeys(runs) {
-  return Promise.all(runs.map(async (run) => {
-    const page = await recentKeys(run.id);
+// The keys charted of each run, in one read of every run's recent keys: of a run of more keys
+// than one page gives (issue 21), its CHARTED most recent.
+async function chartedKeys(runs) {
+  if (!runs.length) return [];
+  const body = await api("/metrics/keys", { runs: runs.map((run) => run.id).join(","), order: "recent", limit: ALL_KEYS });
+  return runs.map((run) => {
+    const page = body.runs[run.id];
     return page.next_cursor ? firstKeys(page.items, CHARTED) : page.items;
-  }));
+  });
 }
 
 // Keys of every chosen run (`keys`: read already, for these runs); new points of the running
@@ -95,6 +99,18 @@ async function refresh(keys = null) {
     });
     grid.append(run.id, body.series);
   }));
+}
+
+// The runs of `ids` in the order given, read in listings of `id in (...)` (one for up to
+// IDS_PER_LISTING runs, not a read each); an id no run has is left out.
+async function readRuns(ids) {
+  const listings = [];
+  for (let i = 0; i < ids.length; i += IDS_PER_LISTING) {
+    const some = ids.slice(i, i + IDS_PER_LISTING);
+    listings.push(api("/runs", { filter: `id in (${some.map((id) => JSON.stringify(id)).join(",")})`, limit: some.length }));
+  }
+  const byId = new Map((await Promise.all(listings)).flatMap((body) => body.items).map((run) => [run.id, run]));
+  return ids.filter((id) => byId.has(id)).map((id) => byId.get(id));
 }
 
 async function add(id) {
@@ -124,7 +140,10 @@ async function search() {
 async function main() {
   el("chart-settings").append(settingsBar());
   try {
-    state.runs = await Promise.all(chosenIds().map((id) => api(`/runs/${encodeURIComponent(id)}`)));
+    const ids = chosenIds();
+    state.runs = await readRuns(ids);
+    const missing = ids.filter((id) => !state.runs.some((run) => run.id === id));
+    if (missing.length) showError(new Error(`No run ${missing.map((id) => `'${id}'`).join(", ")}`));
     await rebuild();
   } catch (error) {
     el("chosen").replaceChildren(); // not "Reading the runs…" any more
@@ -144,8 +163,7 @@ async function main() {
     const now = Date.now() / 1000;
     const live = state.runs.some((r) => r.status === "running" || now - (r.finished_at || 0) < AFTER_FINISH_S);
     if (!live) return true; // nothing to follow now; a run added later may be
-    const fresh = new Map((await Promise.all(state.runs.map((r) => api(`/runs/${encodeURIComponent(r.id)}`))))
-      .map((run) => [run.id, run]));
+    const fresh = new Map((await readRuns(state.runs.map((r) => r.id))).map((run) => [run.id, run]));
     // Runs added or removed while these reads were out stay added or removed: update in place.
     state.runs = state.runs.map((r) => fresh.get(r.id) || r);
     renderChosen();
