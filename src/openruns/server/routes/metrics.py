@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request
 
@@ -38,6 +38,13 @@ _KEY_CURSORS: dict[str, tuple[tuple[type, ...], ...]] = {
     "recent": ((int,), (str,)),
 }
 
+KeySearch = Annotated[
+    str | None, Query(max_length=MAX_KEY_CHARS, description="keys containing this, any case")
+]
+KeyPrefix = Annotated[
+    str | None, Query(max_length=MAX_KEY_CHARS, description="keys starting with this")
+]
+_ORDER_HELP = "name (default), or recent: the keys logged at the latest step first"
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
 # NDJSON from any client; the SDK sends a batch (a zstd stream whose first frame, skipped by
 # zstd, is the batch header), which reads as zstd-encoded NDJSON too.
@@ -88,16 +95,9 @@ async def metric_keys(
         int | None, Query(ge=1, le=MAX_KEYS_PAGE, description="keys per page (default 500)")
     ] = None,
     cursor: Annotated[str | None, Query(max_length=2048)] = None,
-    q: Annotated[
-        str | None, Query(max_length=MAX_KEY_CHARS, description="keys containing this, any case")
-    ] = None,
-    prefix: Annotated[
-        str | None, Query(max_length=MAX_KEY_CHARS, description="keys starting with this")
-    ] = None,
-    order: Annotated[
-        KeyOrder | None,
-        Query(description="name (default), or recent: the keys logged at the latest step first"),
-    ] = None,
+    q: KeySearch = None,
+    prefix: KeyPrefix = None,
+    order: Annotated[KeyOrder | None, Query(description=_ORDER_HELP)] = None,
 ) -> JSON:
     """
     A run's metric keys, one entry per key and axis (see MetricKey). With any of `limit`,
@@ -120,8 +120,7 @@ async def metric_keys(
     page = await state.store.read(
         key_pages.key_page, run["seq"], limit or DEFAULT_KEYS_PAGE, after, q, prefix, order
     )
-    next_cursor = encode_cursor(page.after) if page.after is not None else None
-    return JSON({"items": page.items, "next_cursor": next_cursor, "total": page.total})
+    return JSON(_page(page))
 
 
 @router.get("/metrics/keys", response_model=RunsMetricKeys)
@@ -132,16 +131,9 @@ async def runs_metric_keys(
     limit: Annotated[
         int, Query(ge=1, le=MAX_KEYS_PAGE, description="keys per run (default 500)")
     ] = DEFAULT_KEYS_PAGE,
-    q: Annotated[
-        str | None, Query(max_length=MAX_KEY_CHARS, description="keys containing this, any case")
-    ] = None,
-    prefix: Annotated[
-        str | None, Query(max_length=MAX_KEY_CHARS, description="keys starting with this")
-    ] = None,
-    order: Annotated[
-        KeyOrder,
-        Query(description="name (default), or recent: the keys logged at the latest step first"),
-    ] = "name",
+    q: KeySearch = None,
+    prefix: KeyPrefix = None,
+    order: Annotated[KeyOrder, Query(description=_ORDER_HELP)] = "name",
 ) -> JSON:
     """
     The first page of metric keys of several runs in one read, each run's as
@@ -165,18 +157,7 @@ async def runs_metric_keys(
         )
     seqs = [(await readable_run(state, caller, run_id))["seq"] for run_id in ids]
     pages = await state.store.read(key_pages.first_pages, seqs, limit, q, prefix, order)
-    return JSON(
-        {
-            "runs": {
-                run_id: {
-                    "items": page.items,
-                    "next_cursor": encode_cursor(page.after) if page.after is not None else None,
-                    "total": page.total,
-                }
-                for run_id, page in zip(ids, pages, strict=True)
-            }
-        }
-    )
+    return JSON({"runs": {run_id: _page(page) for run_id, page in zip(ids, pages, strict=True)}})
 
 
 @router.get("/runs/{run_id}/metrics", response_model=MetricSeries)
@@ -252,6 +233,12 @@ async def runs_metric_series(
         metrics.series_of_runs, seqs, names, step_min, step_max, ts_min, ts_max, max_points
     )
     return JSON({"runs": dict(zip(ids, answers, strict=True))})
+
+
+def _page(page: key_pages.KeyPage) -> dict[str, Any]:
+    """A page of keys as the API answers it (its cursor encoded)."""
+    next_cursor = encode_cursor(page.after) if page.after is not None else None
+    return {"items": page.items, "next_cursor": next_cursor, "total": page.total}
 
 
 def _too_many_series(what: str) -> Exception:
