@@ -184,3 +184,27 @@ def test_a_compare_of_more_than_four_runs_draws_each_run_as_its_line_alone(brows
             series = answer["runs"][run_id]["series"][NOISY]
             assert line["x"] == series["step"] and line["y"] == series["value"]
             assert len(series["step"]) < 2000  # bucketed: there were bands to leave out
+
+
+def test_a_compare_of_more_runs_than_one_read_gives_reads_them_all(browser, tmp_path):
+    """101 runs: more than one listing (50 ids) and one keys read (100 runs) give; every run is
+    chosen, and the key only the last run logged is charted too."""
+    handle = serve_in_thread(tmp_path / "data")
+    try:
+        ids = []
+        with httpx.Client(base_url=handle.url + "/api/v1", timeout=patience.SETTLE) as http:
+            for r in range(101):
+                run = http.post("/runs", json={"kind": "train", "name": f"many-{r}"}).json()
+                values = {"train/common": float(r), **({"train/last": 1.0} if r == 100 else {})}
+                rows = b"".join(orjson.dumps({"step": s, "values": values}) + b"\n" for s in (0, 1))
+                assert http.post(f"/runs/{run['id']}/metrics", content=rows).status_code == 200
+                ids.append(run["id"])
+        with own_page(browser, handle.url) as page:
+            page.goto(f"/compare?runs={','.join(ids)}")
+            expect(page.locator("#chosen li")).to_have_count(101)
+            for key in ("train/common", "train/last"):
+                chart = page.locator(f'figure.chart[data-key="{key}"]')
+                expect(chart).to_have_attribute("data-drawn", "true")
+            expect(page.locator("#error")).to_be_hidden()
+    finally:
+        handle.stop()

@@ -16,6 +16,7 @@ const POLL_MS = 3000;
 const BAND_STEPS = 10; // the newest steps read for rewards: two with one, and the bands are drawn
 const AFTER_FINISH_S = 90;
 const IDS_PER_LISTING = 50; // run ids of one listing: 50 of 64 characters fit its filter's 4,096
+const RUNS_PER_READ = 100; // runs of one read of several runs' keys (the server's bound)
 
 const el = (id) => document.getElementById(id);
 const state = { runs: [], grid: null };
@@ -65,18 +66,25 @@ async function rebuild() {
   const charted = refresh(keys); // the grid's series reads are asked for first
   // A reward band (at the top) when a run's newest steps have rewards: read after the series
   // were asked for, so that its 20 reads queue behind them, not before.
-  const steps = await Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/steps`, { order: "desc", limit: BAND_STEPS })));
-  if (grid === state.grid && steps.some((rows) => rows.filter((row) => row.step !== null && row.avg_reward !== null).length > 1)) grid.addBands();
-  await charted;
+  const bands = Promise.all(state.runs.map((run) => api(`/runs/${encodeURIComponent(run.id)}/steps`, { order: "desc", limit: BAND_STEPS })))
+    .then((steps) => {
+      if (grid === state.grid && steps.some((rows) => rows.filter((row) => row.step !== null && row.avg_reward !== null).length > 1)) grid.addBands();
+    });
+  await Promise.all([charted, bands]);
 }
 
-// The keys charted of each run, in one read of every run's recent keys: of a run of more keys
-// than one page gives (issue 21), its CHARTED most recent.
+// The keys charted of each run, in one read of every run's recent keys (of RUNS_PER_READ runs
+// at most, the server's bound): of a run of more keys than one page gives (issue 21), its
+// CHARTED most recent.
 async function chartedKeys(runs) {
-  if (!runs.length) return [];
-  const body = await api("/metrics/keys", { runs: runs.map((run) => run.id).join(","), order: "recent", limit: ALL_KEYS });
+  const reads = [];
+  for (let i = 0; i < runs.length; i += RUNS_PER_READ) {
+    const ids = runs.slice(i, i + RUNS_PER_READ).map((run) => run.id).join(",");
+    reads.push(api("/metrics/keys", { runs: ids, order: "recent", limit: ALL_KEYS }));
+  }
+  const pages = Object.assign({}, ...(await Promise.all(reads)).map((body) => body.runs));
   return runs.map((run) => {
-    const page = body.runs[run.id];
+    const page = pages[run.id];
     return page.next_cursor ? firstKeys(page.items, CHARTED) : page.items;
   });
 }
