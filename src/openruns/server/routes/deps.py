@@ -34,6 +34,7 @@ __all__ = [
     "State",
     "decode_cursor",
     "encode_cursor",
+    "listed",
     "public_run",
     "readable_run",
     "writable_run",
@@ -85,6 +86,11 @@ def public_run(state: ServerState, run: RunRow) -> dict[str, Any]:
     out = {k: v for k, v in run.items() if k not in ("seq", "create_key")}
     out["url"] = state.run_url(run["id"])
     return out
+
+
+def listed(text: str) -> list[str]:
+    """The items of a comma-separated parameter, each once, in order."""
+    return list(dict.fromkeys(item for item in text.split(",") if item))
 
 
 def encode_cursor(value: list[Any]) -> str:

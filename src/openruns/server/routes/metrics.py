@@ -21,7 +21,15 @@ from ..models import (
 from ..store import key_pages, metrics
 from ..store.key_pages import KeyOrder
 from ..store.metrics import MAX_STEP, is_kind
-from .deps import Caller, State, decode_cursor, encode_cursor, readable_run, writable_run
+from .deps import (
+    Caller,
+    State,
+    decode_cursor,
+    encode_cursor,
+    listed,
+    readable_run,
+    writable_run,
+)
 
 __all__ = ["NDJSON_BODY", "UploadKey", "router"]
 
@@ -142,13 +150,10 @@ async def runs_metric_keys(
     from its own route with its `next_cursor`. At most 100 runs, and runs x `limit` at most
     50,000; a run the caller cannot read fails the read, naming it.
     """
-    ids = list(dict.fromkeys(r for r in runs.split(",") if r))
+    ids = listed(runs)
     if not ids:
         raise bad_request("empty_read", "name at least one run (runs=)")
-    if len(ids) > MAX_RUNS_READ:
-        raise bad_request(
-            "too_many_runs", f"{len(ids)} runs were asked for; one read gives {MAX_RUNS_READ}"
-        )
+    _check_run_count(ids)
     if len(ids) * limit > MAX_RUNS_KEYS:
         raise bad_request(
             "too_many_keys",
@@ -184,7 +189,7 @@ async def metric_series(
     the min and max of all its points, so spikes are never sampled away.
     """
     run = await readable_run(state, caller, run_id)
-    names = list(dict.fromkeys(k for k in keys.split(",") if k)) if keys is not None else None
+    names = listed(keys) if keys is not None else None
     if names is None and kind is None:
         count = await state.store.read(key_pages.count_keys, run["seq"])
         if count > MAX_SERIES_KEYS:
@@ -218,14 +223,10 @@ async def runs_metric_series(
     gives it (the compare page: 20 runs x 8 keys is one request, not 20). At most 100 runs and
     500 series (runs x keys) a read; a run the caller cannot read fails the read, naming it.
     """
-    ids = list(dict.fromkeys(r for r in runs.split(",") if r))
-    names = list(dict.fromkeys(k for k in keys.split(",") if k))
+    ids, names = listed(runs), listed(keys)
     if not ids or not names:
         raise bad_request("empty_read", "name at least one run (runs=) and one key (keys=)")
-    if len(ids) > MAX_RUNS_READ:
-        raise bad_request(
-            "too_many_runs", f"{len(ids)} runs were asked for; one read gives {MAX_RUNS_READ}"
-        )
+    _check_run_count(ids)
     if len(ids) * len(names) > MAX_SERIES_KEYS:
         raise _too_many_series(f"{len(ids)} runs x {len(names)} keys were asked for")
     seqs = [(await readable_run(state, caller, run_id))["seq"] for run_id in ids]
@@ -233,6 +234,13 @@ async def runs_metric_series(
         metrics.series_of_runs, seqs, names, step_min, step_max, ts_min, ts_max, max_points
     )
     return JSON({"runs": dict(zip(ids, answers, strict=True))})
+
+
+def _check_run_count(ids: list[str]) -> None:
+    if len(ids) > MAX_RUNS_READ:
+        raise bad_request(
+            "too_many_runs", f"{len(ids)} runs were asked for; one read gives {MAX_RUNS_READ}"
+        )
 
 
 def _page(page: key_pages.KeyPage) -> dict[str, Any]:

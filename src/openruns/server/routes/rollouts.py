@@ -32,7 +32,7 @@ from ..store import rewards as rewards_sql
 from ..store import search as search_sql
 from ..store import timeline as timeline_sql
 from ..store.metrics import MAX_STEP
-from .deps import Caller, State, decode_cursor, encode_cursor, readable_run
+from .deps import Caller, State, decode_cursor, encode_cursor, listed, readable_run
 
 __all__ = ["MAX_HITS", "SearchHit", "Step", "Stream", "hits_page", "record_texts", "router"]
 
@@ -145,7 +145,7 @@ async def previews(
     number of assistant messages, each when the record has it. Unknown ids are left out.
     """
     run = await readable_run(state, caller, run_id)
-    wanted = list(dict.fromkeys(i for i in ids.split(",") if i))
+    wanted = listed(ids)
     if len(wanted) > MAX_PREVIEWS:
         raise bad_request("too_many_ids", f"at most {MAX_PREVIEWS} ids per call")
     found = await state.store.read(search_sql.locations, run["seq"], wanted)
