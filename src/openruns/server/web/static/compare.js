@@ -9,14 +9,13 @@ import {
   api, h, poll, revealFirstReads, runLabel, runTitle, showError, statusBadge, timeCell, View,
 } from "./common.js";
 import { COLORS, runColors, settingsBar } from "./charts.js";
-import { ChartGrid } from "./grid.js";
+import { ChartGrid, RUNS_PER_READ } from "./grid.js";
 import { ALL_KEYS, CHARTED, firstKeys } from "./keys.js";
 
 const POLL_MS = 3000;
 const BAND_STEPS = 10; // the newest steps read for rewards: two with one, and the bands are drawn
 const AFTER_FINISH_S = 90;
 const IDS_PER_LISTING = 50; // run ids of one listing: 50 of 64 characters fit its filter's 4,096
-const RUNS_PER_READ = 100; // runs of one read of several runs' keys (the server's bound)
 
 const el = (id) => document.getElementById(id);
 const state = { runs: [], grid: null };

@@ -15,7 +15,7 @@ import { ValueTable } from "./values.js";
 
 const KEYS_PER_READ = 8; // metric keys asked for in one request while the grid loads
 const SERIES_PER_READ = 500; // the server's bound on runs x keys of one read
-const RUNS_PER_READ = 100; // ... and on its runs
+export const RUNS_PER_READ = 100; // ... and on its runs (of a series read, and of a keys read)
 const READS_IN_FLIGHT = 2;
 const DRAW_SLICE_MS = 12; // charts drawn one after another before the page gets a turn
 const EAGER_CHARTS = 60; // a grid of more charts draws those near the viewport only
