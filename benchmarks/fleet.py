@@ -240,8 +240,8 @@ class Deployment:
             analyze(self.db)
 
 
-def start(args: list[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    return server_process.start_server(args, log)
+def start(args: list[str], log: Path, src: str) -> tuple[subprocess.Popen[bytes], str]:
+    return server_process.start_server(args, log, src=src)
 
 
 def _tree_cpu(pid: int) -> float:
@@ -487,6 +487,11 @@ def main() -> None:
     parser.add_argument("--run-steps", type=int, help="steps per run, many-run phase (20,000)")
     parser.add_argument("--skip-export", action="store_true", help="leave the export out")
     parser.add_argument(
+        "--src",
+        default=server_process.SRC,
+        help="the server code to run (another checkout's src, to measure a change in turns)",
+    )
+    parser.add_argument(
         "--prebuilt",
         action="store_true",
         help="build the dense run's bodies before its clock starts (~2 MB each, held in memory)",
@@ -501,7 +506,7 @@ def main() -> None:
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="openruns-fleet-")))
         store = Deployment(args.store, tmp, stack)
-        proc, url = start(store.new_store("dense"), tmp / "dense.log")
+        proc, url = start(store.new_store("dense"), tmp / "dense.log", args.src)
         stack.callback(proc.kill)
         empty = store.database_bytes()
         run_id, _ = dense_ingest(
@@ -524,7 +529,10 @@ def main() -> None:
         if args.store == "postgres":
             for replicas in (1, 2):
                 shared = store.new_store(f"many-{replicas}")
-                started = [start(shared, tmp / f"many-{replicas}-{i}.log") for i in range(replicas)]
+                started = [
+                    start(shared, tmp / f"many-{replicas}-{i}.log", args.src)
+                    for i in range(replicas)
+                ]
                 for p, _ in started:
                     stack.callback(p.kill)
                 meter = store.meter([p.pid for p, _ in started])

@@ -39,9 +39,10 @@ import httpx
 import orjson
 import zstandard
 
+import server_process  # benchmarks/server_process.py
 from chromium import CHROMIUM, CHROMIUM_ARGS  # benchmarks/chromium.py
+from server_process import SRC
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 MiB = 1024 * 1024
 
 
@@ -73,21 +74,9 @@ def store_args(store: str) -> Iterator[list[str]]:
 
 
 def start_server(args: list[str], src: str) -> tuple[subprocess.Popen[bytes], str]:
-    """`openruns server --port 0 ARGS` of the code in `src` (no bytecode written there)."""
+    """`openruns server --port 0 ARGS` of the code in `src`, its log in a temporary file."""
     log = Path(tempfile.mkstemp(prefix="openruns-keys-", suffix=".log")[1])
-    env = {**os.environ, "PYTHONPATH": src, "PYTHONDONTWRITEBYTECODE": "1"}
-    with log.open("wb") as out:
-        cmd = [sys.executable, "-m", "openruns.cli", "server", "--port", "0", *args]
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if match := re.search(rb"listening on (http://\S+)", log.read_bytes()):
-            return proc, match.group(1).decode()
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"openruns server did not start:\n{log.read_text(errors='replace')}")
+    return server_process.start_server(args, log, src=src)
 
 
 def memory(pid: int) -> dict[str, int]:

@@ -12,20 +12,24 @@ from pathlib import Path
 import orjson
 import psutil
 
+from openruns.server.dense_rows import dense_batches
 from openruns.server.parse_workers import MAX_LOOSE_POINTS, MIN_BYTES, ParseWorkers
 
 from .. import patience
 from .helpers import ServerProcess, api, create_run, error_of, upload
 
 
-def _rows(steps: int) -> bytes:
+def _rows(steps: int, plain: bool = False) -> bytes:
     """Dense rows of 12 keys (columns), a step written twice (the later row wins), rows of
-    other names between them (loose points) and rows keyed by time: over MIN_BYTES decoded."""
+    other names between them (loose points) and rows keyed by time: over MIN_BYTES decoded.
+    `plain`: the step written twice has every key, and no row has other names."""
     out = []
     names = [f"train/metric_{k}" for k in range(12)]
     for step in range(steps):
         out.append({"step": step, "ts": 1.0e9 + step, "values": {n: step / 7 for n in names}})
-        if step % 500 == 499:
+        if step % 500 == 499 and plain:
+            out.append({"step": step - 10, "values": {n: -1.0 for n in names}})
+        elif step % 500 == 499:
             out.append({"step": step - 10, "values": {names[0]: -1.0, "rare": 1}})
             out.append({"step": None, "ts": 2.0e9 + step, "values": {"lag": float(step)}})
     data = b"".join(orjson.dumps(row) + b"\n" for row in out)
@@ -65,9 +69,9 @@ def _warm(handle, http) -> list[int]:
     parsed: list[int] = []
     parse = parsers.parse
 
-    async def counted(body: bytes, encoding: str | None):
+    async def counted(body: bytes, encoding: str | None, size: int):
         parsed.append(len(body))
-        return await parse(body, encoding)
+        return await parse(body, encoding, size)
 
     parsers.parse = counted
     return parsed
@@ -81,7 +85,10 @@ def _until(predicate, what: str) -> None:
 
 
 def test_a_worker_stores_what_the_server_parses_itself(make_server):
-    data = _rows(3000)
+    """Both ways a worker parses: rows of every kind (metric_rows) and plainly dense rows
+    (dense_rows, Arrow), each stored as the server stores what it parses itself."""
+    mixed, plain = _rows(3000), _rows(3000, plain=True)
+    assert dense_batches(plain, 10**6) is not None and dense_batches(mixed, 10**6) is None
     stored = []
     for workers in (1, 0):
         server = make_server(parse_workers=workers)
@@ -89,21 +96,25 @@ def test_a_worker_stores_what_the_server_parses_itself(make_server):
             parsed = _warm(server, http) if workers else []
             pids = _parsers(server).pids()
             assert len(pids) == workers
-            rid = create_run(http, id="run-parsed")["id"]
-            receipt = upload(http, rid, "metrics", data)
-            assert receipt.status_code == 200, receipt.text
-            assert receipt.json()["rows"] == 3000 + 2 * 6
-            assert len(parsed) == workers, "the upload did not go to a worker"
-            stored.append(_stored(http, rid))
-            # A replay answers the first receipt and writes nothing.
-            assert upload(http, rid, "metrics", data).json() == receipt.json()
+            for name, data, rows in (("mixed", mixed, 3000 + 2 * 6), ("plain", plain, 3006)):
+                rid = create_run(http, id=f"run-{name}")["id"]
+                receipt = upload(http, rid, "metrics", data)
+                assert receipt.status_code == 200, receipt.text
+                assert receipt.json()["rows"] == rows
+                stored.append(_stored(http, rid))
+                # A replay answers the first receipt and writes nothing.
+                assert upload(http, rid, "metrics", data).json() == receipt.json()
+            assert len(parsed) == 2 * workers, "the uploads did not go to a worker"
         server.stop()
         _until(lambda pids=pids: _gone(pids), "the worker outlived its server")
-    assert stored[0] == stored[1]
+    assert stored[0] == stored[2] and stored[1] == stored[3]
     first = stored[0]["full"]["series"]["train/metric_0"]
     assert first["value"][489] == -1.0 and first["value"][490] == 490 / 7
     counts = {k["key"]: k["count"] for k in stored[0]["keys"]}
     assert counts["lag"] == 6 and counts["rare"] == 6 and counts["train/metric_0"] == 3000
+    first = stored[1]["full"]["series"]["train/metric_0"]
+    assert first["value"][489] == -1.0 and first["value"][490] == 490 / 7
+    assert {k["key"]: k["count"] for k in stored[1]["keys"]}["train/metric_11"] == 3000
 
 
 def test_a_bad_line_in_a_worker_parsed_upload_stores_nothing(make_server):

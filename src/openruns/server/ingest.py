@@ -69,7 +69,7 @@ async def upload_metrics(
             return upload.prior
         chunks: Iterable[tuple[int, Batch]] | None = None
         if state.parsers.takes(upload.size):
-            chunks = await state.parsers.parse(upload.data, upload.encoding)
+            chunks = await state.parsers.parse(upload.data, upload.encoding, upload.size)
         if chunks is None:
             chunks = upload_batches(
                 upload.data, upload.encoding, state.settings.metric_chunk_points

@@ -4,8 +4,9 @@ Metrics uploads parsed on other cores, while this process writes.
 One run's uploads are written one at a time (the run's lock; SQLite has one writer anyway), and
 parsing an upload (decoding it, its JSON, its columns: some 40 % of the server's time for dense
 rows, measured) took the writer's core as well. Worker processes parse uploads into their
-batches (`metric_rows.metric_batches`, the same code) while this process writes the one before,
-so the parse runs on another core.
+batches while this process writes the one before, so the parse runs on another core: plainly
+dense rows by Arrow's JSON reader (dense_rows, about twice as fast), any other upload by
+`metric_rows.metric_batches`, the code this process runs.
 
 Which uploads go to a worker: those that decode to MIN_BYTES..MAX_BYTES. Below, the trip costs
 more than the parse; above, the upload streams through this process a chunk at a time as
@@ -35,8 +36,9 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import NamedTuple
 
+from .body import decode, stream_objects
 from .errors import ApiError
-from .metric_rows import Batch, upload_batches
+from .metric_rows import Batch, metric_batches
 from .store.metrics import MetricPoints
 
 __all__ = ["MAX_BYTES", "MAX_LOOSE_POINTS", "MIN_BYTES", "ParseWorkers"]
@@ -111,8 +113,9 @@ class ParseWorkers:
         pool = self._pool
         return list(getattr(pool, "_processes", None) or ()) if pool is not None else []
 
-    async def parse(self, body: bytes, encoding: str | None) -> Parsed | None:
-        """The batches of an upload (its body as sent, in `encoding`), parsed by a worker; None
+    async def parse(self, body: bytes, encoding: str | None, size: int) -> Parsed | None:
+        """The batches of an upload (its body as sent, in `encoding`, decoding to `size`
+        bytes as body.survey measured it), parsed by a worker; None
         when it is for this process to parse (too many loose points, or the worker died). A bad
         body raises the ApiError this process would raise. Call it once `takes` said so."""
         pool = self._pool
@@ -120,7 +123,9 @@ class ParseWorkers:
             return None
         loop = asyncio.get_running_loop()
         try:
-            outcome = await loop.run_in_executor(pool, _parse, body, encoding, self.chunk_points)
+            outcome = await loop.run_in_executor(
+                pool, _parse, body, encoding, size, self.chunk_points
+            )
         except BrokenProcessPool:
             self._drop(pool)
             return None
@@ -161,11 +166,23 @@ def _exit_with(parent: int) -> None:
     os._exit(0)
 
 
-def _parse(body: bytes, encoding: str | None, chunk_points: int) -> Parsed | _Refusal | None:
+def _parse(
+    body: bytes, encoding: str | None, size: int, chunk_points: int
+) -> Parsed | _Refusal | None:
+    """The upload's batches: plainly dense rows by Arrow's reader (dense_rows), any other
+    upload row by row (metric_rows), which refuses a bad one."""
+    # Arrow is imported here, in the worker: the server would hold its ~35 MB for nothing.
+    from .dense_rows import dense_batches
+
     batches: Parsed = []
     loose = 0
     try:
-        for rows, batch in upload_batches(body, encoding, chunk_points):
+        data = decode(body, encoding, size)
+        dense = dense_batches(data, chunk_points)
+        if dense is not None:
+            batches.extend(dense)
+            return batches
+        for rows, batch in metric_batches(stream_objects((data,)), chunk_points):
             if isinstance(batch, MetricPoints):
                 loose += len(batch) + len(batch.by_time)
                 if loose > MAX_LOOSE_POINTS:
