@@ -190,7 +190,9 @@ class Deployment:
         if self.kind == "sqlite":
             self.data = self.tmp / name
             return ["--data-dir", str(self.data)]
-        self.db = self.cluster.new_database()
+        # Empty: the server migrates it at its start, as a new deployment's does (a template
+        # migrated by this checkout would be a schema another tree's server, --src, refuses).
+        self.db = self.cluster.new_database(migrated=False)
         self.bucket = self.s3.new_bucket()
         return ["--db", self.db, "--blobs", self.bucket, "--s3-endpoint-url", self.s3.url]
 
