@@ -12,8 +12,8 @@ from pathlib import Path
 import orjson
 import psutil
 
-from openruns.server.dense_rows import dense_batches
 from openruns.server.parse_workers import MAX_LOOSE_POINTS, MIN_BYTES, ParseWorkers
+from openruns.server.plain_rows import plain_batches
 
 from .. import patience
 from .helpers import ServerProcess, api, create_run, error_of, upload
@@ -86,9 +86,9 @@ def _until(predicate, what: str) -> None:
 
 def test_a_worker_stores_what_the_server_parses_itself(make_server):
     """Both ways a worker parses: rows of every kind (metric_rows) and plainly dense rows
-    (dense_rows, Arrow), each stored as the server stores what it parses itself."""
+    (plain_rows, Arrow), each stored as the server stores what it parses itself."""
     mixed, plain = _rows(3000), _rows(3000, plain=True)
-    assert dense_batches(plain, 10**6) is not None and dense_batches(mixed, 10**6) is None
+    assert plain_batches(plain, 10**6) is not None and plain_batches(mixed, 10**6) is None
     stored = []
     for workers in (1, 0):
         server = make_server(parse_workers=workers)

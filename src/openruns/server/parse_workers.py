@@ -4,9 +4,9 @@ Metrics uploads parsed on other cores, while this process writes.
 One run's uploads are written one at a time (the run's lock; SQLite has one writer anyway), and
 parsing an upload (decoding it, its JSON, its columns: some 40 % of the server's time for dense
 rows, measured) took the writer's core as well. Worker processes parse uploads into their
-batches while this process writes the one before, so the parse runs on another core: plainly
-dense rows by Arrow's JSON reader (dense_rows, about twice as fast), any other upload by
-`metric_rows.metric_batches`, the code this process runs.
+batches while this process writes the one before, so the parse runs on another core: plain
+rows of numbers by Arrow's JSON reader (plain_rows, two to five times as fast), any other
+upload by `metric_rows.metric_batches`, the code this process runs.
 
 Which uploads go to a worker: those that decode to MIN_BYTES..MAX_BYTES. Below, the trip costs
 more than the parse; above, the upload streams through this process a chunk at a time as
@@ -169,18 +169,18 @@ def _exit_with(parent: int) -> None:
 def _parse(
     body: bytes, encoding: str | None, size: int, chunk_points: int
 ) -> Parsed | _Refusal | None:
-    """The upload's batches: plainly dense rows by Arrow's reader (dense_rows), any other
-    upload row by row (metric_rows), which refuses a bad one."""
+    """The upload's batches: plain rows by Arrow's reader (plain_rows), any other upload row
+    by row (metric_rows), which refuses a bad one."""
     # Arrow is imported here, in the worker: the server would hold its ~35 MB for nothing.
-    from .dense_rows import dense_batches
+    from .plain_rows import plain_batches
 
     batches: Parsed = []
     loose = 0
     try:
         data = decode(body, encoding, size)
-        dense = dense_batches(data, chunk_points)
-        if dense is not None:
-            batches.extend(dense)
+        plain = plain_batches(data, chunk_points)
+        if plain is not None:
+            batches.extend(plain)
             return batches
         for rows, batch in metric_batches(stream_objects((data,)), chunk_points):
             if isinstance(batch, MetricPoints):

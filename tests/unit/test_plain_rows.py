@@ -1,4 +1,4 @@
-"""A dense metrics upload read by Arrow (server/dense_rows.py): taken only when the general path
+"""A plain metrics upload read by Arrow (server/plain_rows.py): taken only when the general path
 (metric_rows over body.stream_objects) would store the very same points, and then as columns;
 anything else, valid or refused there, is left to that path."""
 
@@ -13,9 +13,9 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from openruns.server.body import stream_objects
-from openruns.server.dense_rows import dense_batches
 from openruns.server.errors import ApiError
 from openruns.server.metric_rows import metric_batches
+from openruns.server.plain_rows import plain_batches
 from openruns.server.store.metrics import MetricColumns
 from openruns.spec import MAX_STEP
 
@@ -58,9 +58,9 @@ def dense(steps, names=("loss", "acc"), ts=True):
     ]
 
 
-def test_dense_rows_come_as_columns_in_chunks_and_store_what_the_general_path_stores():
+def test_plain_rows_come_as_columns_in_chunks_and_store_what_the_general_path_stores():
     data = lines(dense(range(1000)))
-    batches = dense_batches(data, chunk_points=400)
+    batches = plain_batches(data, chunk_points=400)
     assert batches is not None
     assert [count for count, _ in batches] == [200] * 5
     first = batches[0][1]
@@ -72,12 +72,12 @@ def test_dense_rows_come_as_columns_in_chunks_and_store_what_the_general_path_st
 
 
 def test_rows_without_times_have_no_time_column_and_some_times_are_nan():
-    ((_, batch),) = dense_batches(lines(dense(range(10), ts=False)), 10**6)
+    ((_, batch),) = plain_batches(lines(dense(range(10), ts=False)), 10**6)
     assert batch.times is None
     rows = dense(range(10))
     del rows[4]["ts"]
     rows[5]["ts"] = None
-    ((_, batch),) = dense_batches(lines(rows), 10**6)
+    ((_, batch),) = plain_batches(lines(rows), 10**6)
     assert np.isnan(batch.times[4:6]).all() and batch.times[6] == 1.7e9 + 6
     assert stored([(10, batch)]) == stored(general(lines(rows), 10**6))
 
@@ -89,12 +89,36 @@ def test_integers_and_booleans_are_floats_and_keys_in_another_order_are_the_same
         row["values"]["flag"] = row["step"] % 2 == 0
     rows[3]["values"] = dict(reversed(list(rows[3]["values"].items())))
     data = lines(rows) + b'{"step":8,"ts":5,"values":{"loss":1,"acc":2,"n":2.5,"flag":true}}'
-    batches = dense_batches(data, 10**6)
+    batches = plain_batches(data, 10**6)
     assert batches is not None
     ((_, batch),) = batches
     assert batch.names == ("loss", "acc", "n", "flag")
     assert batch.values[2].tolist() == [2.0, 2.125, 6.0, 1.0] and batch.times[8] == 5.0
     assert stored(batches) == stored(general(data, 10**6))
+
+
+def test_names_left_out_of_rows_are_columns_of_the_rows_that_have_them():
+    """An eval metric every third step, another name in two rows, a row of no values: each name
+    set in its own columns, the later row of a step winning, every row counted once."""
+    rows = dense(range(30))
+    for row in rows[::3]:
+        row["values"]["eval/acc"] = row["step"] / 3
+    rows[7]["values"] = {"loss": -1.0, "rare": 1}  # no "acc" in this row
+    rows[20]["values"]["rare"] = 2
+    rows[25]["values"] = {}
+    rows.append({"step": 4, "ts": 9.0, "values": {"loss": -4.0, "acc": -4.0}})  # step 4 again
+    data = lines(rows)
+    batches = plain_batches(data, 10**6)
+    assert batches is not None
+    assert sum(count for count, _ in batches) == len(rows)
+    shapes = {batch.names: batch.steps.tolist() for _, batch in batches}
+    assert shapes[("eval/acc",)] == list(range(0, 30, 3))
+    assert shapes[("rare",)] == [7, 20]
+    everywhere = [*range(30), 4]  # and step 4 again, last
+    assert shapes[("loss",)] == [s for s in everywhere if s != 25]
+    assert shapes[("acc",)] == [s for s in everywhere if s not in (7, 25)]
+    assert stored(batches) == stored(general(data, 10**6))
+    assert stored(batches)[("loss", 4)] == ((-4.0).hex(), (9.0).hex())
 
 
 DECLINED = {
@@ -108,8 +132,10 @@ DECLINED = {
     "a key twice": b'{"step":1,"values":{"a":1,"a":2}}\n',
     "another field": b'{"step":1,"values":{"a":1},"note":"x"}\n',
     "a null value": b'{"step":1,"values":{"a":1}}\n{"step":2,"values":{"a":null}}\n',
-    "a name missing from a row": b'{"step":1,"values":{"a":1,"b":1}}\n{"step":2,"values":{"a":2}}',
-    "empty values": b'{"step":1,"values":{}}\n',
+    "a null beside a name left out": (
+        b'{"step":1,"values":{"a":1,"b":1}}\n{"step":2,"values":{"a":null}}'
+    ),
+    "empty values only": b'{"step":1,"values":{}}\n',
     "no values": b'{"step":1}\n',
     "a string value": b'{"step":1,"values":{"a":"high"}}\n',
     "a nested value": b'{"step":1,"values":{"a":{"b":1}}}\n',
@@ -130,7 +156,7 @@ DECLINED = {
 
 @pytest.mark.parametrize("data", DECLINED.values(), ids=DECLINED.keys())
 def test_what_is_not_plainly_dense_goes_the_general_way(data):
-    assert dense_batches(data, 10**6) is None
+    assert plain_batches(data, 10**6) is None
 
 
 # -- generated uploads: the two paths side by side -------------------------------------------------
@@ -149,8 +175,8 @@ STEPS = st.one_of(
 )
 TIMES = st.one_of(st.none(), st.floats(0, 2e9), st.integers(0, 2**40), st.just(b"NaN"))
 FLAWS = st.sampled_from(
-    [None, "step", "ts", "no ts", "value", "name", "missing", "spaces", "crlf", "blank", "bom"]
-    + ["two on a line", "extra", "dup"]
+    [None, "step", "ts", "no ts", "value", "name", "missing", "empty", "spaces", "crlf", "blank"]
+    + ["bom", "two on a line", "extra", "dup"]
 )
 
 
@@ -171,9 +197,9 @@ def _line(row: dict) -> bytes:
 @st.composite
 def uploads(draw) -> bytes:
     """Dense rows of one set of names (numbers of every JSON kind), then up to three flaws,
-    each in a row of its own: a step, a time or a value of another kind, a bad or a missing
-    name, or a twist of the row's line. Some flaws the general path takes (an integer time, a
-    row without one, spaces), others it refuses; an upload without a flaw is dense."""
+    each in a row of its own: a step, a time or a value of another kind, a bad name, a name
+    left out, no values, or a twist of the row's line. Some flaws the general path takes (an
+    integer time, a row without one, a name left out, spaces), others it refuses."""
     names = draw(st.lists(NAMES, min_size=1, max_size=4, unique=True))
     count = draw(st.integers(1, 30))
     kinds = {name: draw(NUMBERS) for name in names}
@@ -197,6 +223,8 @@ def uploads(draw) -> bytes:
             row["values"][draw(BAD_NAMES)] = 1.0
         elif flaw == "missing":
             row["values"].pop(names[-1], None)
+        elif flaw == "empty":
+            row["values"] = {}
         elif flaw is not None:
             twists[at] = flaw
     out = []
@@ -224,7 +252,7 @@ def uploads(draw) -> bytes:
 @settings(max_examples=400, deadline=None)
 @given(data=uploads(), chunk_points=st.integers(1, 200))
 def test_a_taken_upload_stores_what_the_general_path_stores(data, chunk_points):
-    fast = dense_batches(data, chunk_points)
+    fast = plain_batches(data, chunk_points)
     try:
         slow = general(data, chunk_points)
     except ApiError:
