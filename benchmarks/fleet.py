@@ -62,6 +62,7 @@ from scale import CpuMeter, _autovacuum, _children, _cpu, analyze  # noqa: E402
 from server_ingest import machine, new_run  # noqa: E402
 
 MiB = 1024 * 1024
+SPARSE_EVERY_10, SPARSE_EVERY_100 = 5, 2  # --sparse: extra metrics of every 10th, 100th row
 
 
 def load() -> str:
@@ -72,13 +73,28 @@ def load() -> str:
 
 
 class DenseRows:
-    """Upload bodies of a dense run: rows `{step, ts, values}` of `keys` metrics."""
+    """Upload bodies of a dense run: rows `{step, ts, values}` of `keys` metrics; `sparse`:
+    every 10th row also has SPARSE_EVERY_10 eval metrics and every 100th SPARSE_EVERY_100 more
+    (names the other rows leave out, as a training loop's periodic evals)."""
 
-    def __init__(self, keys: int, seed: int = 0):
+    def __init__(self, keys: int, seed: int = 0, sparse: bool = False):
         rng = random.Random(seed)
         names = [f"train/metric_{k}" for k in range(keys)]
-        self.values = [orjson.dumps({n: rng.random() for n in names}) for _ in range(1000)]
+        rows = [{n: rng.random() for n in names} for _ in range(1000)]
+        if sparse:
+            for i, row in enumerate(rows):  # 1000 rows: step % 1000 keeps step % 10 and % 100
+                extra = SPARSE_EVERY_10 * (i % 10 == 0) + SPARSE_EVERY_100 * (i % 100 == 0)
+                row.update((f"eval/metric_{k}", rng.random()) for k in range(extra))
+        self.values = [orjson.dumps(row) for row in rows]
         self.compressor = zstandard.ZstdCompressor(level=1)
+
+    @staticmethod
+    def points(steps: int, keys: int, sparse: bool) -> int:
+        """The points of `steps` rows."""
+        if not sparse:
+            return steps * keys
+        tenth, hundredth = -(-steps // 10), -(-steps // 100)
+        return steps * keys + tenth * SPARSE_EVERY_10 + hundredth * SPARSE_EVERY_100
 
     def body(self, first: int, last: int) -> tuple[bytes, str]:
         """The zstd body of steps first..last-1 and its Idempotency-Key (the SDK's batch key)."""
@@ -259,12 +275,20 @@ def cores(phase: dict[str, Any]) -> str:
 
 
 def dense_ingest(
-    url: str, pid: int, meter: CpuMeter, steps: int, keys: int, rows: int, prebuilt: bool = False
+    url: str,
+    pid: int,
+    meter: CpuMeter,
+    steps: int,
+    keys: int,
+    rows: int,
+    prebuilt: bool = False,
+    sparse: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """The dense run's ingest; `prebuilt`: every body built before the clock starts (the
-    client then only sends, as a client on another machine costs this one nothing)."""
+    client then only sends, as a client on another machine costs this one nothing); `sparse`:
+    see DenseRows."""
     run_id = new_run(url)
-    maker = DenseRows(keys)
+    maker = DenseRows(keys, sparse=sparse)
     uploads: Iterable[tuple[str, bytes, str]] = (
         (run_id, *maker.body(first, min(first + rows, steps))) for first in range(0, steps, rows)
     )
@@ -274,19 +298,21 @@ def dense_ingest(
     cpu_before = _tree_cpu(pid)
     with meter.phase(out):
         seconds, requests = post_stream([url], iter(uploads), in_flight=2)
+    values = DenseRows.points(steps, keys, sparse)
     out |= {
         "seconds": seconds,
         "requests": requests,
         "rows_s": steps / seconds,
-        "values_s": steps * keys / seconds,
+        "values_s": values / seconds,
         "server_cpu_s": _tree_cpu(pid) - cpu_before,
         "peak_rss_mb": rss_mb(pid, "VmHWM"),
     }
     print(
-        f"dense ingest, {steps:,} steps x {keys} metrics ({requests:,} requests of {rows:,} "
+        f"dense ingest, {steps:,} steps x {keys} metrics{' (sparse)' if sparse else ''} "
+        f"({requests:,} requests of {rows:,} "
         f"rows): {out['rows_s']:,.0f} rows/s, {out['values_s']:,.0f} values/s in "
         f"{seconds:.1f} s; server CPU (parse workers included) {out['server_cpu_s']:.1f} s "
-        f"({out['server_cpu_s'] / (steps * keys) * 1e6:.2f} CPU-us per value), RSS "
+        f"({out['server_cpu_s'] / values * 1e6:.2f} CPU-us per value), RSS "
         f"{out['rss_before_mb']:.0f} MB before, peak {out['peak_rss_mb']:.0f} MB   "
         f"[cores: {cores(out)}]   load {load()}",
         flush=True,
@@ -489,6 +515,12 @@ def main() -> None:
     parser.add_argument("--run-steps", type=int, help="steps per run, many-run phase (20,000)")
     parser.add_argument("--skip-export", action="store_true", help="leave the export out")
     parser.add_argument(
+        "--sparse",
+        action="store_true",
+        help=f"the dense run's every 10th row has {SPARSE_EVERY_10} more metrics, every 100th "
+        f"{SPARSE_EVERY_100} more (names the other rows leave out)",
+    )
+    parser.add_argument(
         "--src",
         default=server_process.SRC,
         help="the server code to run (another checkout's src, to measure a change in turns)",
@@ -512,9 +544,16 @@ def main() -> None:
         stack.callback(proc.kill)
         empty = store.database_bytes()
         run_id, _ = dense_ingest(
-            url, proc.pid, store.meter([proc.pid]), steps, args.keys, args.rows, args.prebuilt
+            url,
+            proc.pid,
+            store.meter([proc.pid]),
+            steps,
+            args.keys,
+            args.rows,
+            args.prebuilt,
+            args.sparse,
         )
-        points = steps * args.keys
+        points = DenseRows.points(steps, args.keys, args.sparse)
         grown = store.database_bytes() - empty
         print(
             f"disk: database +{grown / MiB:,.0f} MiB for {points:,} points = "

@@ -263,6 +263,9 @@ def set_step_metrics(conn: Connection, run_seq: int, axes: dict[str, str | None]
 
 
 _BLOCK_COLUMNS = ("key_id", "level", "block", "count", "min", "max", "last_step", "last_value")
+# Touched blocks of a key at most this many apart are summarized by one query (the blocks
+# between are read too: at level 1, up to 16 x SPAN_GAP steps of points).
+SPAN_GAP = 32
 
 
 def rebuild_blocks(conn: Connection, touched: dict[int, set[int]]) -> None:
@@ -276,16 +279,20 @@ def rebuild_blocks(conn: Connection, touched: dict[int, set[int]]) -> None:
             touched = {k: set(blocks) for k, blocks in touched.items()}
             for key_id, numbers in chunked.items():
                 touched.setdefault(key_id, set()).update(n // ratio for n in numbers)
-        # Keys of one upload usually share their steps: one query per distinct block range.
+        # Keys of one upload usually share their steps: one query per distinct block range. A
+        # range may hold blocks not touched (a metric logged every 100th step touches every
+        # 7th block: a query each was most of its upload's write); only the touched ones are
+        # written.
         groups: dict[tuple[int, int], list[int]] = {}
         for key_id, blocks in touched.items():
             if not blocks:
                 continue
-            for span in _spans(sorted(blocks)):
+            for span in _spans(sorted(blocks), SPAN_GAP):
                 groups.setdefault(span, []).append(key_id)
         rows: list[tuple[Any, ...]] = []
         for (first, last), ids in groups.items():
-            rows.extend(_summarize(conn, level, ids, first, last))
+            found = _summarize(conn, level, ids, first, last)
+            rows.extend(row for row in found if row[2] in touched[row[0]])
         executemany(conn, stmt, _BLOCK_COLUMNS, rows)
         if level < len(BLOCK_SIZES):
             ratio = BLOCK_SIZES[level] // BLOCK_SIZES[level - 1]
@@ -355,11 +362,11 @@ def _summarize(
     return rows
 
 
-def _spans(blocks: list[int]) -> Iterable[tuple[int, int]]:
-    """Runs of consecutive numbers in a sorted list, as (first, last)."""
+def _spans(blocks: list[int], gap: int) -> Iterable[tuple[int, int]]:
+    """Runs of a sorted list's numbers at most `gap` apart (0: consecutive), as (first, last)."""
     start = prev = blocks[0]
     for b in blocks[1:]:
-        if b != prev + 1:
+        if b > prev + 1 + gap:
             yield start, prev
             start = b
         prev = b
