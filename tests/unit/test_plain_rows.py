@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from openruns.server.body import stream_objects
 from openruns.server.errors import ApiError
-from openruns.server.metric_rows import metric_batches
+from openruns.server.metric_rows import COLUMN_ROWS, metric_batches
 from openruns.server.plain_rows import plain_batches
-from openruns.server.store.metrics import MetricColumns
+from openruns.server.store.metrics import MetricColumns, MetricPoints
 from openruns.spec import MAX_STEP
 
 
@@ -72,35 +72,37 @@ def test_plain_rows_come_as_columns_in_chunks_and_store_what_the_general_path_st
 
 
 def test_rows_without_times_have_no_time_column_and_some_times_are_nan():
-    ((_, batch),) = plain_batches(lines(dense(range(10), ts=False)), 10**6)
+    ((_, batch),) = plain_batches(lines(dense(range(COLUMN_ROWS), ts=False)), 10**6)
     assert batch.times is None
-    rows = dense(range(10))
+    rows = dense(range(COLUMN_ROWS))
     del rows[4]["ts"]
     rows[5]["ts"] = None
     ((_, batch),) = plain_batches(lines(rows), 10**6)
     assert np.isnan(batch.times[4:6]).all() and batch.times[6] == 1.7e9 + 6
-    assert stored([(10, batch)]) == stored(general(lines(rows), 10**6))
+    assert stored([(COLUMN_ROWS, batch)]) == stored(general(lines(rows), 10**6))
 
 
 def test_integers_and_booleans_are_floats_and_keys_in_another_order_are_the_same_names():
-    rows = dense(range(8))
+    rows = dense(range(COLUMN_ROWS))
     for row in rows:
         row["values"]["n"] = row["step"] * 3  # integers throughout: an int64 column
         row["values"]["flag"] = row["step"] % 2 == 0
     rows[3]["values"] = dict(reversed(list(rows[3]["values"].items())))
-    data = lines(rows) + b'{"step":8,"ts":5,"values":{"loss":1,"acc":2,"n":2.5,"flag":true}}'
+    last = b'{"step":%d,"ts":5,"values":{"loss":1,"acc":2,"n":2.5,"flag":true}}' % COLUMN_ROWS
+    data = lines(rows) + last
     batches = plain_batches(data, 10**6)
     assert batches is not None
     ((_, batch),) = batches
     assert batch.names == ("loss", "acc", "n", "flag")
-    assert batch.values[2].tolist() == [2.0, 2.125, 6.0, 1.0] and batch.times[8] == 5.0
+    assert batch.values[2].tolist() == [2.0, 2.125, 6.0, 1.0] and batch.times[-1] == 5.0
     assert stored(batches) == stored(general(data, 10**6))
 
 
 def test_names_left_out_of_rows_are_columns_of_the_rows_that_have_them():
-    """An eval metric every third step, another name in two rows, a row of no values: each name
-    set in its own columns, the later row of a step winning, every row counted once."""
-    rows = dense(range(30))
+    """An eval metric every third step, another name in two rows (too few for columns: loose
+    points, as metric_rows has them), a row of no values: each name set present in enough rows
+    in its own columns, the later row of a step winning, every row counted once."""
+    rows = dense(range(300))
     for row in rows[::3]:
         row["values"]["eval/acc"] = row["step"] / 3
     rows[7]["values"] = {"loss": -1.0, "rare": 1}  # no "acc" in this row
@@ -111,14 +113,26 @@ def test_names_left_out_of_rows_are_columns_of_the_rows_that_have_them():
     batches = plain_batches(data, 10**6)
     assert batches is not None
     assert sum(count for count, _ in batches) == len(rows)
-    shapes = {batch.names: batch.steps.tolist() for _, batch in batches}
-    assert shapes[("eval/acc",)] == list(range(0, 30, 3))
-    assert shapes[("rare",)] == [7, 20]
-    everywhere = [*range(30), 4]  # and step 4 again, last
+    shapes = {b.names: b.steps.tolist() for _, b in batches if isinstance(b, MetricColumns)}
+    assert shapes[("eval/acc",)] == list(range(0, 300, 3))
+    everywhere = [*range(300), 4]  # and step 4 again, last
     assert shapes[("loss",)] == [s for s in everywhere if s != 25]
     assert shapes[("acc",)] == [s for s in everywhere if s not in (7, 25)]
+    (loose,) = [b for _, b in batches if isinstance(b, MetricPoints)]
+    assert loose == {("rare", 7): (1.0, 1.7e9 + 7), ("rare", 20): (2.0, 1.7e9 + 20)}
     assert stored(batches) == stored(general(data, 10**6))
     assert stored(batches)[("loss", 4)] == ((-4.0).hex(), (9.0).hex())
+
+
+def test_a_name_a_row_is_one_batch_of_points_not_a_batch_a_name():
+    rows = [{"step": s, "values": {f"probe/{s}": s / 2}} for s in range(5000)]
+    rows += dense(range(100))
+    data = lines(rows)
+    batches = plain_batches(data, 10**6)
+    assert batches is not None
+    assert [type(b).__name__ for _, b in batches] == ["MetricColumns", "MetricPoints"]
+    assert len(batches[1][1]) == 5000 and sum(n for n, _ in batches) == 5100
+    assert stored(batches) == stored(general(data, 10**6))
 
 
 DECLINED = {
@@ -201,7 +215,7 @@ def uploads(draw) -> bytes:
     left out, no values, or a twist of the row's line. Some flaws the general path takes (an
     integer time, a row without one, a name left out, spaces), others it refuses."""
     names = draw(st.lists(NAMES, min_size=1, max_size=4, unique=True))
-    count = draw(st.integers(1, 30))
+    count = draw(st.one_of(st.integers(1, 30), st.integers(COLUMN_ROWS, COLUMN_ROWS + 20)))
     kinds = {name: draw(NUMBERS) for name in names}
     rows = [
         {"step": i, "ts": 1.7e9 + i, "values": {n: draw(kinds[n]) for n in names}}

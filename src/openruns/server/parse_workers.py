@@ -179,10 +179,8 @@ def _parse(
     try:
         data = decode(body, encoding, size)
         plain = plain_batches(data, chunk_points)
-        if plain is not None:
-            batches.extend(plain)
-            return batches
-        for rows, batch in metric_batches(stream_objects((data,)), chunk_points):
+        parsed = metric_batches(stream_objects((data,)), chunk_points) if plain is None else plain
+        for rows, batch in parsed:
             if isinstance(batch, MetricPoints):
                 loose += len(batch) + len(batch.by_time)
                 if loose > MAX_LOOSE_POINTS:

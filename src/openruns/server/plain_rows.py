@@ -32,8 +32,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from ..spec import MAX_STEP
-from .metric_rows import MAX_KEY_CHARS
-from .store.metrics import MetricColumns
+from .metric_rows import COLUMN_ROWS, MAX_KEY_CHARS
+from .store.metrics import MetricColumns, MetricPoints
 
 __all__ = ["plain_batches"]
 
@@ -53,10 +53,14 @@ class _Names(NamedTuple):
     values: np.ndarray
 
 
-def plain_batches(data: bytes, chunk_points: int) -> list[tuple[int, MetricColumns]] | None:
-    """(rows, columns) of decoded NDJSON `data`, about `chunk_points` points a batch, as
+def plain_batches(
+    data: bytes, chunk_points: int
+) -> list[tuple[int, MetricColumns | MetricPoints]] | None:
+    """(rows, batch) of decoded NDJSON `data`, about `chunk_points` points a batch, as
     metric_rows.metric_batches would store them (each row counted once, in the first batch
-    that has it); None when `data` is not plain (see the module)."""
+    that has it); None when `data` is not plain (see the module). Names present in fewer than
+    COLUMN_ROWS rows go into one MetricPoints, as metric_rows takes such rows: a column batch
+    each would cost the write its per-batch work for a few points (think of a name a row)."""
     try:
         lines = _object_lines(data)
         table = _table(data)
@@ -69,10 +73,14 @@ def plain_batches(data: bytes, chunk_points: int) -> list[tuple[int, MetricColum
         return None
     if any(group.rows is not None for group in groups) and _NULL.search(data):
         return None  # a null given: Arrow reads it as a name left out, metric_rows refuses it
-    batches = []
+    batches: list[tuple[int, MetricColumns | MetricPoints]] = []
     counted = np.zeros(lines, bool)
+    loose = MetricPoints()
     for group in groups:
         at = np.arange(lines) if group.rows is None else np.flatnonzero(group.rows)
+        if len(at) < COLUMN_ROWS:
+            _add_points(loose, group, steps[at], None if times is None else times[at])
+            continue
         per_batch = max(1, chunk_points // len(group.names))
         for start in range(0, len(at), per_batch):
             rows = at[start : start + per_batch]
@@ -85,11 +93,27 @@ def plain_batches(data: bytes, chunk_points: int) -> list[tuple[int, MetricColum
                 group.names, steps[rows], stamps, group.values[start : start + per_batch]
             )
             batches.append((first, batch))
+    if loose:
+        batches.append((0, loose))
     if not batches:
         return None
-    unseen = lines - int(np.count_nonzero(counted))  # rows of `"values": {}`: no point, a row
+    # The last batch counts the rows no column batch counted: those of loose points only, and
+    # those of `"values": {}` (no point, but a row).
+    unseen = lines - int(np.count_nonzero(counted))
     batches[-1] = (batches[-1][0] + unseen, batches[-1][1])
     return batches
+
+
+def _add_points(
+    points: MetricPoints, group: _Names, steps: np.ndarray, times: np.ndarray | None
+) -> None:
+    """The group's points into `points`, in row order (the later row of a step wins)."""
+    stamps = (
+        [None] * len(steps) if times is None else [None if t != t else t for t in times.tolist()]
+    )
+    for name, values in zip(group.names, group.values.T.tolist(), strict=True):
+        for step, value, ts in zip(steps.tolist(), values, stamps, strict=True):
+            points[(name, step)] = (value, ts)
 
 
 class _NotDense(Exception):
