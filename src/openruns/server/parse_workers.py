@@ -114,10 +114,10 @@ class ParseWorkers:
         return list(getattr(pool, "_processes", None) or ()) if pool is not None else []
 
     async def parse(self, body: bytes, encoding: str | None, size: int) -> Parsed | None:
-        """The batches of an upload (its body as sent, in `encoding`, decoding to `size`
-        bytes as body.survey measured it), parsed by a worker; None
-        when it is for this process to parse (too many loose points, or the worker died). A bad
-        body raises the ApiError this process would raise. Call it once `takes` said so."""
+        """The batches of an upload (its body as sent, in `encoding`, decoding to `size` bytes
+        as body.survey measured it), parsed by a worker; None when it is for this process to
+        parse (too many loose points, or the worker died). A bad body raises the ApiError this
+        process would raise. Call it once `takes` said so."""
         pool = self._pool
         if pool is None:  # closed, or dropped by a concurrent upload whose worker died
             return None

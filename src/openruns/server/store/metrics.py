@@ -263,8 +263,8 @@ def set_step_metrics(conn: Connection, run_seq: int, axes: dict[str, str | None]
 
 
 _BLOCK_COLUMNS = ("key_id", "level", "block", "count", "min", "max", "last_step", "last_value")
-# Touched blocks of a key at most this many apart are summarized by one query (the blocks
-# between are read too: at level 1, up to 16 x SPAN_GAP steps of points).
+# Touched blocks of a key with at most this many untouched ones between them are summarized by
+# one query (the blocks between are read too: at level 1, up to 16 x SPAN_GAP steps of points).
 SPAN_GAP = 32
 
 
@@ -363,7 +363,8 @@ def _summarize(
 
 
 def _spans(blocks: list[int], gap: int) -> Iterable[tuple[int, int]]:
-    """Runs of a sorted list's numbers at most `gap` apart (0: consecutive), as (first, last)."""
+    """Runs of a sorted list's numbers with at most `gap` numbers missing between neighbours
+    (0: consecutive numbers), as (first, last)."""
     start = prev = blocks[0]
     for b in blocks[1:]:
         if b > prev + 1 + gap:
