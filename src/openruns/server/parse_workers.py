@@ -5,7 +5,7 @@ One run's uploads are written one at a time (the run's lock; SQLite has one writ
 parsing an upload (decoding it, its JSON, its columns: some 40 % of the server's time for dense
 rows, measured) took the writer's core as well. Worker processes parse uploads into their
 batches while this process writes the one before, so the parse runs on another core: plain
-rows of numbers by Arrow's JSON reader (plain_rows, two to five times as fast), any other
+rows of numbers by Arrow's JSON reader (plain_rows, two to three times as fast), any other
 upload by `metric_rows.metric_batches`, the code this process runs.
 
 Which uploads go to a worker: those that decode to MIN_BYTES..MAX_BYTES. Below, the trip costs

@@ -1,9 +1,9 @@
 """
 A plain metrics upload read by Arrow's JSON reader: rows `{"step", "ts", "values"}` of numbers,
-the shape of a training loop's logging, parsed into columns in C++, about twice as fast as a
-row at a time through orjson (metric_rows) for rows of the same names, and five times for rows
-that leave some out (an eval metric every tenth step: metric_rows makes each of those a loose
-point); the parse bounded the ingest of dense runs (docs/benchmarks.md).
+the shape of a training loop's logging, parsed into columns in C++: about twice as fast as a
+row at a time through orjson (metric_rows) for rows of the same names, and two and a half times
+for rows that leave some out (an eval metric every tenth step: metric_rows makes each of those
+rows loose points). The parse bounded the ingest of dense runs (docs/benchmarks.md).
 
     batches = plain_batches(data, chunk_points)      # None: not plain
     if batches is None:
@@ -23,6 +23,7 @@ checks the two paths against each other on generated uploads, bad ones among the
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, NamedTuple, cast
 
@@ -69,7 +70,7 @@ def plain_batches(
         steps = _steps(table.column("step"))
         groups = _values(table.column("values"))
         times = _times(table.column("ts")) if "ts" in table.column_names else None
-    except (_NotDense, pa.ArrowException, ValueError):  # ValueError: invalid UTF-8 in a name
+    except (_NotPlain, pa.ArrowException, ValueError):  # ValueError: invalid UTF-8 in a name
         return None
     if any(group.rows is not None for group in groups) and _NULL.search(data):
         return None  # a null given: Arrow reads it as a name left out, metric_rows refuses it
@@ -108,15 +109,17 @@ def _add_points(
     points: MetricPoints, group: _Names, steps: np.ndarray, times: np.ndarray | None
 ) -> None:
     """The group's points into `points`, in row order (the later row of a step wins)."""
-    stamps = (
-        [None] * len(steps) if times is None else [None if t != t else t for t in times.tolist()]
-    )
+    stamps = [None] * len(steps) if times is None else [_time(t) for t in times.tolist()]
     for name, values in zip(group.names, group.values.T.tolist(), strict=True):
         for step, value, ts in zip(steps.tolist(), values, stamps, strict=True):
             points[(name, step)] = (value, ts)
 
 
-class _NotDense(Exception):
+def _time(t: float) -> float | None:
+    return None if math.isnan(t) else t  # NaN: the row has no time
+
+
+class _NotPlain(Exception):
     """The upload is for metric_rows to parse."""
 
 
@@ -124,11 +127,11 @@ def _object_lines(data: bytes) -> int:
     """The number of lines, each of which starts with `{` (so none is blank)."""
     raw = np.frombuffer(data, np.uint8)
     if not len(raw) or raw[0] != _BRACE:
-        raise _NotDense
+        raise _NotPlain
     ends = np.flatnonzero(raw == _NEWLINE)
     inner = ends[:-1] if raw[-1] == _NEWLINE else ends
     if not (raw[inner + 1] == _BRACE).all():
-        raise _NotDense
+        raise _NotPlain
     return len(inner) + 1
 
 
@@ -142,10 +145,10 @@ def _table(data: bytes) -> pa.Table:
 
 def _steps(column: pa.ChunkedArray[Any]) -> np.ndarray:
     if column.type != pa.int64() or column.null_count:
-        raise _NotDense
+        raise _NotPlain
     steps = column.to_numpy()
     if steps.min() < 0 or steps.max() > MAX_STEP:
-        raise _NotDense
+        raise _NotPlain
     return steps
 
 
@@ -155,20 +158,20 @@ def _values(column: pa.ChunkedArray[Any]) -> list[_Names]:
     booleans, as metric_rows takes them). Every row must have `values`."""
     kind = column.type
     if not pa.types.is_struct(kind) or not kind.num_fields or column.null_count:
-        raise _NotDense
+        raise _NotPlain
     names = [kind.field(i).name for i in range(kind.num_fields)]  # decoded here
     if any(not name or len(name) > MAX_KEY_CHARS for name in names):
-        raise _NotDense
+        raise _NotPlain
     found: dict[bytes, tuple[list[str], list[np.ndarray], np.ndarray | None]] = {}
     for name, field in zip(
         names, cast(pa.StructArray, column.combine_chunks()).flatten(), strict=True
     ):
         if field.type not in _NUMBERS:
-            raise _NotDense
+            raise _NotPlain
         rows = field.is_valid().to_numpy(zero_copy_only=False) if field.null_count else None
         values = field.drop_null().to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
         if not np.isfinite(values).all():  # NaN, Infinity: literals JSON (and metric_rows) refuse
-            raise _NotDense
+            raise _NotPlain
         group = found.setdefault(b"" if rows is None else rows.tobytes(), ([], [], rows))
         group[0].append(name)
         group[1].append(values)
@@ -183,7 +186,7 @@ def _times(column: pa.ChunkedArray[Any]) -> np.ndarray | None:
     if column.null_count == len(column):
         return None
     if column.type not in (pa.float64(), pa.int64()):
-        raise _NotDense
+        raise _NotPlain
     if column.type == pa.float64() and not pc.all(pc.is_finite(column)).as_py():
-        raise _NotDense  # NaN or Infinity among the times given (nulls: rows without one)
+        raise _NotPlain  # NaN or Infinity among the times given (nulls: rows without one)
     return column.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
