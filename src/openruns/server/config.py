@@ -248,8 +248,9 @@ class ServerSettings:
     metric_chunk_points: int = setting(
         50_000,
         metavar="N",
-        help="metric points of an upload parsed and written at a time (within its one "
-        "transaction): the upload's memory follows this, not its size",
+        help="metric points of an upload this process parses and writes at a time (within "
+        "its one transaction): the upload's memory follows this, not its size (an upload a "
+        "parse worker takes is written whole)",
     )
     parse_workers: int = setting(
         default_factory=_default_parse_workers,

@@ -31,7 +31,7 @@ class ServerState:
     limiter: RateLimiter
     gate: IngestGate
     # None of its own: every metrics upload is parsed in the server (`open` gives it its pool).
-    parsers: ParseWorkers = field(default_factory=lambda: ParseWorkers(0, 0))
+    parsers: ParseWorkers = field(default_factory=lambda: ParseWorkers(0))
     sign_in_limiter: RateLimiter = field(
         default_factory=lambda: RateLimiter(
             SIGN_IN_RATE, SIGN_IN_BURST, what="sign-in attempts from this address"
@@ -57,7 +57,7 @@ class ServerState:
                 idle_after=settings.body_idle_timeout / 4,
                 queue_wait=settings.ingest_queue_wait,
             ),
-            parsers=ParseWorkers(settings.parse_workers, settings.metric_chunk_points),
+            parsers=ParseWorkers(settings.parse_workers),
         )
 
     def close(self) -> None:
