@@ -37,7 +37,7 @@ from .admission import Ticket, ingest_owner
 from .body import DecodeLimits, decode, read_body, survey
 from .config import ServerSettings
 from .errors import bad_request
-from .metric_rows import MAX_KEY_CHARS, Batch, upload_batches
+from .metric_rows import MAX_KEY_CHARS, Batch, upload_batches, whole_chunks
 from .segments import Segment, blob_key_for, build_segment, check_batch
 from .state import ServerState
 from .store.receipts import get_receipt
@@ -71,9 +71,8 @@ async def upload_metrics(
         if state.parsers.takes(upload.size):
             chunks = await state.parsers.parse(upload.data, upload.encoding, upload.size)
         if chunks is None:
-            chunks = upload_batches(
-                upload.data, upload.encoding, state.settings.metric_chunk_points
-            )
+            points = state.settings.metric_chunk_points
+            chunks = whole_chunks(upload_batches(upload.data, upload.encoding, points), points)
         return await state.store.ingest_metrics(run["seq"], upload.key, chunks, upload.digest)
 
 

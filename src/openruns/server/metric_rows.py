@@ -21,14 +21,24 @@ import numpy as np
 
 from .body import decoded_pieces, stream_objects
 from .errors import bad_request
+from .store.metric_chunks import CHUNK_SHIFT
 from .store.metrics import MAX_STEP, MetricColumns, MetricPoints
 
-__all__ = ["COLUMN_ROWS", "MAX_KEY_CHARS", "Batch", "metric_batches", "upload_batches"]
+__all__ = [
+    "COLUMN_ROWS",
+    "MAX_KEY_CHARS",
+    "Batch",
+    "metric_batches",
+    "upload_batches",
+    "whole_chunks",
+]
 
 MAX_KEY_CHARS = 512
 # Rows sharing their names from which they are written as columns: below it, the arrays cost
 # more than the dict they replace.
 COLUMN_ROWS = 64
+# How many batches' worth of points whole_chunks may hold back as columns.
+HELD_BATCHES = 8
 
 Batch = MetricPoints | MetricColumns
 Row = tuple[int, dict[str, Any]]
@@ -99,6 +109,74 @@ class _Batches:
         if self.loose:
             yield self.loose, self.points
             self.points, self.loose = MetricPoints(), 0
+
+
+def whole_chunks(
+    batches: Iterable[tuple[int, Batch]], chunk_points: int
+) -> Iterator[tuple[int, Batch]]:
+    """
+    The same rows in the same order, regrouped so that a batch of columns ends where a chunk
+    of the store ends (metric_chunks: 4096 steps) when it can: the rows of its last chunk
+    are held back and go with the next batch of the same names. Written a batch at a time, a
+    dense upload cut every 50,000 points had each batch read back and rewrite the chunk the
+    batch before had begun; now each chunk an upload fills is written once. What is held is
+    bounded by HELD_BATCHES x `chunk_points` points (a chunk of 4096 rows of up to 97 names
+    at the default): as columns, 8 bytes a value, it costs no more than the rows of one batch
+    as parsed (Python objects, ~70 bytes a value). Rows are counted with the first batch
+    that holds any of theirs (the counts add up).
+    """
+    bound = HELD_BATCHES * max(1, chunk_points)
+    held: MetricColumns | None = None
+    owed = 0  # rows of batches held back whole, counted with the next batch yielded
+    for rows, batch in batches:
+        owed += rows
+        if held is not None and isinstance(batch, MetricColumns) and batch.names == held.names:
+            batch = _joined(held, batch)
+        elif held is not None:
+            yield owed - rows, held
+            owed = rows
+        held = None
+        ready: Batch | None = batch
+        if isinstance(batch, MetricColumns):
+            ready, held = _last_chunk_apart(batch, bound)
+        if ready is not None:
+            yield owed, ready
+            owed = 0
+    if held is not None:
+        yield owed, held
+
+
+def _last_chunk_apart(
+    cols: MetricColumns, bound: int
+) -> tuple[MetricColumns | None, MetricColumns | None]:
+    """(the rows before the run of rows at the end in one chunk, that run), or (cols, None)
+    when the run holds more than `bound` points."""
+    numbers = cols.steps >> CHUNK_SHIFT
+    others = np.flatnonzero(numbers != numbers[-1])
+    cut = int(others[-1]) + 1 if len(others) else 0
+    if (len(numbers) - cut) * len(cols.names) > bound:
+        return cols, None
+    if cut == 0:
+        return None, cols
+    return _rows(cols, slice(0, cut)), _rows(cols, slice(cut, None))
+
+
+def _rows(cols: MetricColumns, part: slice) -> MetricColumns:
+    times = None if cols.times is None else cols.times[part]
+    return MetricColumns(cols.names, cols.steps[part], times, cols.values[part])
+
+
+def _joined(a: MetricColumns, b: MetricColumns) -> MetricColumns:
+    """The rows of `a`, then those of `b` (the same names)."""
+    times = None
+    if a.times is not None or b.times is not None:
+        times = np.concatenate([_times(a), _times(b)])
+    steps = np.concatenate([a.steps, b.steps])
+    return MetricColumns(a.names, steps, times, np.concatenate([a.values, b.values]))
+
+
+def _times(cols: MetricColumns) -> np.ndarray:
+    return cols.times if cols.times is not None else np.full(len(cols.steps), np.nan)
 
 
 def _names_of(row: dict[str, Any], known: tuple[str, ...] | None) -> tuple[str, ...] | None:
