@@ -32,13 +32,14 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import NamedTuple
 
 from .body import decode, stream_objects
 from .errors import ApiError
-from .metric_rows import Batch, metric_batches
+from .metric_rows import Batch, metric_batches, whole_chunks
 from .store.metrics import MetricPoints
 
 __all__ = ["MAX_BYTES", "MAX_LOOSE_POINTS", "MIN_BYTES", "ParseWorkers"]
@@ -49,6 +50,7 @@ MiB = 1024 * 1024
 MIN_BYTES = 256 * 1024
 MAX_BYTES = 32 * MiB
 MAX_LOOSE_POINTS = 100_000
+_GENERAL_POINTS = MAX_LOOSE_POINTS // 2  # a batch of the row-by-row path
 _PARENT_CHECK_S = 1.0
 
 Parsed = list[tuple[int, Batch]]
@@ -165,11 +167,13 @@ def _exit_with(parent: int) -> None:
 
 def _parse(body: bytes, encoding: str | None, size: int) -> Parsed | _Refusal | None:
     """The upload's batches: plain rows by Arrow's reader (plain_rows), any other upload row
-    by row (metric_rows), which refuses a bad one. The batches are held whole anyway, so they
-    are not cut into the server's `metric_chunk_points` (an upload of `size` bytes holds fewer
-    points than that): each run of alike rows is one batch, and its 4096-step chunks are
+    by row (metric_rows), which refuses a bad one. The batches are held whole anyway, so plain
+    rows are not cut into the server's `metric_chunk_points` (an upload of `size` bytes holds
+    fewer points than that): each run of alike rows is one batch, and its 4096-step chunks are
     written once. Cut into batches of 50,000 points, a 10,000-row upload of 20 metrics was
-    written as four, each rewriting the chunk the one before had begun: twice the write.
+    written as four, each rewriting the chunk the one before had begun: twice the write. The
+    row-by-row path still yields its loose points every _GENERAL_POINTS, so a worker gives up
+    on them (MAX_LOOSE_POINTS) before it holds more; its columns are regrouped at chunk ends.
     """
     # Arrow is imported here, in the worker: the server would hold its ~35 MB for nothing.
     from .plain_rows import plain_batches
@@ -178,8 +182,10 @@ def _parse(body: bytes, encoding: str | None, size: int) -> Parsed | _Refusal | 
     loose = 0
     try:
         data = decode(body, encoding, size)
-        plain = plain_batches(data, size)
-        parsed = metric_batches(stream_objects((data,)), size) if plain is None else plain
+        parsed: Iterable[tuple[int, Batch]] | None = plain_batches(data, size)
+        if parsed is None:
+            general = metric_batches(stream_objects((data,)), _GENERAL_POINTS)
+            parsed = whole_chunks(general, _GENERAL_POINTS)
         for rows, batch in parsed:
             if isinstance(batch, MetricPoints):
                 loose += len(batch) + len(batch.by_time)
