@@ -12,28 +12,35 @@ from pathlib import Path
 import orjson
 import psutil
 
-from openruns.server.parse_workers import MAX_LOOSE_POINTS, MIN_BYTES, ParseWorkers
+from openruns.rundir import batch_key
+from openruns.server.parse_workers import MAX_LOOSE_POINTS, MIN_BODY_BYTES, ParseWorkers
 from openruns.server.plain_rows import plain_batches
 
 from .. import patience
-from .helpers import ServerProcess, api, create_run, error_of, upload
+from .helpers import ServerProcess, api, create_run, encode, error_of, upload
 
 
 def _rows(steps: int, plain: bool = False) -> bytes:
     """Dense rows of 12 keys (columns), a step written twice (the later row wins), rows of
-    other names between them (loose points) and rows keyed by time: over MIN_BYTES decoded.
-    `plain`: the step written twice has every key, and no row has other names."""
+    other names between them (loose points) and rows keyed by time. Their values vary as a
+    training loop's do (equal ones compress 26x), so at 800 rows and more the zstd body is a
+    worker's size (MIN_BODY_BYTES as sent). `plain`: the step written twice has every key,
+    and no row has other names."""
     out = []
     names = [f"train/metric_{k}" for k in range(12)]
     for step in range(steps):
-        out.append({"step": step, "ts": 1.0e9 + step, "values": {n: step / 7 for n in names}})
+        values = {
+            n: step / 7 if k == 0 else (step * 2654435761 + k * 40503) % 2**32 / 2**32
+            for k, n in enumerate(names)
+        }
+        out.append({"step": step, "ts": 1.0e9 + step, "values": values})
         if step % 500 == 499 and plain:
             out.append({"step": step - 10, "values": {n: -1.0 for n in names}})
         elif step % 500 == 499:
             out.append({"step": step - 10, "values": {names[0]: -1.0, "rare": 1}})
             out.append({"step": None, "ts": 2.0e9 + step, "values": {"lag": float(step)}})
     data = b"".join(orjson.dumps(row) + b"\n" for row in out)
-    assert len(data) > MIN_BYTES
+    assert len(encode(data, "zstd")) >= MIN_BODY_BYTES, "too small to go to a worker"
     return data
 
 
@@ -64,14 +71,14 @@ def _warm(handle, http) -> list[int]:
     they start), wait until they are up; the sizes of the uploads they parse from then on."""
     parsers = _parsers(handle)
     rid = create_run(http)["id"]
-    assert upload(http, rid, "metrics", _rows(600)).status_code == 200
+    assert upload(http, rid, "metrics", _rows(800)).status_code == 200
     _until(parsers.ready, "the parse workers did not start")
     parsed: list[int] = []
     parse = parsers.parse
 
-    async def counted(body: bytes, encoding: str | None, size: int):
+    async def counted(body: bytes, encoding: str | None, limits):
         parsed.append(len(body))
-        return await parse(body, encoding, size)
+        return await parse(body, encoding, limits)
 
     parsers.parse = counted
     return parsed
@@ -102,9 +109,13 @@ def test_a_worker_stores_what_the_server_parses_itself(make_server):
                 assert receipt.status_code == 200, receipt.text
                 assert receipt.json()["rows"] == rows
                 stored.append(_stored(http, rid))
-                # A replay answers the first receipt and writes nothing.
+                # A replay answers the first receipt and writes nothing. It goes to a worker
+                # too: the receipt is found in the write's transaction.
                 assert upload(http, rid, "metrics", data).json() == receipt.json()
-            assert len(parsed) == 2 * workers, "the uploads did not go to a worker"
+                # Its key with another body is refused, and changes nothing.
+                reused = upload(http, rid, "metrics", _rows(900), key=batch_key(data))
+                assert error_of(reused)[:2] == (422, "idempotency_key_reused")
+            assert len(parsed) == 6 * workers, "the uploads did not go to a worker"
         server.stop()
         _until(lambda pids=pids: _gone(pids), "the worker outlived its server")
     assert stored[0] == stored[2] and stored[1] == stored[3]

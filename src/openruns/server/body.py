@@ -35,9 +35,11 @@ else:
 
 __all__ = [
     "ENCODINGS",
+    "INFLATED_TOO_LARGE",
     "DecodeLimits",
     "Survey",
     "decode",
+    "decode_surveyed",
     "decoded_pieces",
     "decompress",
     "iter_objects",
@@ -47,6 +49,7 @@ __all__ = [
 ]
 
 ENCODINGS = ("zstd", "gzip", "identity")
+INFLATED_TOO_LARGE = "decompressed_body_too_large"  # the 413's code past `max_bytes`
 PIECE = 1 << 20
 # The most memory a zstd frame may ask for its window (zstd -19 uses 8 MiB, --ultra -22 up
 # to 128 MiB): a bomb cannot make the server allocate more for it.
@@ -92,6 +95,23 @@ async def read_body(request: Request, limit: int, ticket: Ticket) -> bytes:
 def survey(body: bytes, encoding: str | None, limits: DecodeLimits) -> Survey:
     """Measure the decoded body without keeping it (see the module); 413 past a limit, 415 an
     unknown encoding, 400 a corrupt one."""
+    return _measure(body, encoding, limits, None)
+
+
+def decode_surveyed(
+    body: bytes, encoding: str | None, limits: DecodeLimits
+) -> tuple[bytes, Survey]:
+    """The body decoded and measured in one pass, as `survey` measures it (the same refusals,
+    as soon as a limit is passed): memory up to `limits.max_bytes` and a piece, not the
+    window of `survey` (a parse worker, whose bound is small, decodes once this way)."""
+    kept: list[bytes] = []
+    measured = _measure(body, encoding, limits, kept)
+    return (kept[0] if len(kept) == 1 else b"".join(kept)), measured
+
+
+def _measure(
+    body: bytes, encoding: str | None, limits: DecodeLimits, kept: list[bytes] | None
+) -> Survey:
     hasher = hashlib.sha256()
     size = lines = 0
     line = 0  # bytes of the line under way
@@ -101,6 +121,8 @@ def survey(body: bytes, encoding: str | None, limits: DecodeLimits) -> Survey:
         size += len(piece)
         if size > limits.max_bytes:
             raise _inflated_too_large(limits.max_bytes)
+        if kept is not None:
+            kept.append(piece)
         newlines = piece.count(b"\n")
         if newlines:
             lines += newlines
@@ -286,7 +308,7 @@ def _body_too_large(limit: int) -> ApiError:
 
 def _inflated_too_large(cap: int) -> ApiError:
     return too_large(
-        "decompressed_body_too_large",
+        INFLATED_TOO_LARGE,
         f"the decompressed body is over the limit of {cap} bytes; send smaller batches",
     )
 

@@ -255,8 +255,9 @@ class ServerSettings:
     parse_workers: int = setting(
         default_factory=_default_parse_workers,
         metavar="N",
-        help="processes that parse metrics uploads (of 256 KiB to 32 MiB decoded) while the "
-        "server writes the one before; 0: the server parses them itself",
+        help="processes that decode and parse metrics uploads (bodies of 64 KiB or more as "
+        "sent, up to 32 MiB decoded) while the server writes the one before; 0: the server "
+        "parses them itself",
         default_text="the cores less one, at most 4",
     )
     max_record_bytes: int = setting(

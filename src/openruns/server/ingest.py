@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +36,7 @@ from .admission import Ticket, ingest_owner
 from .body import DecodeLimits, decode, read_body, survey
 from .config import ServerSettings
 from .errors import bad_request
-from .metric_rows import MAX_KEY_CHARS, Batch, upload_batches, whole_chunks
+from .metric_rows import MAX_KEY_CHARS, upload_batches, whole_chunks
 from .segments import Segment, blob_key_for, build_segment, check_batch
 from .state import ServerState
 from .store.receipts import get_receipt
@@ -58,21 +57,28 @@ __all__ = [
 async def upload_metrics(
     state: ServerState, request: Request, run: RunRow, key: str | None
 ) -> dict[str, Any]:
-    """A metrics upload: parsed by a worker process when its size suits one (parse_workers.py),
-    else streamed: decoded, parsed and written a chunk of `metric_chunk_points` points at a
-    time, all in the one transaction that stores its receipt (store.ingest_metrics), so peak
-    memory follows the chunk, not the upload."""
+    """A metrics upload: decoded, measured and parsed by a worker process when its size suits
+    one (parse_workers.py), else surveyed and streamed here: decoded, parsed and written a
+    chunk of `metric_chunk_points` points at a time, all in the one transaction that stores
+    its receipt (store.ingest_metrics), so peak memory follows the chunk, not the upload. A
+    replay's receipt is found in that transaction, or, on the streamed path, before it."""
     require_running_or_grace(run, time.time(), state.settings.finish_grace)
     async with state.gate.admit(ingest_owner(request)) as ticket:
-        upload = await receive(state, request, run, "metrics", key, ticket, decoded=False)
+        body = await read_body(request, state.settings.max_body_bytes, ticket)
+        encoding = request.headers.get("content-encoding")
+        parsed = None
+        if state.parsers.takes(len(body)):
+            parsed = await state.parsers.parse(body, encoding, decode_limits(state.settings))
+        if parsed is not None:
+            measured, batches = parsed
+            ticket.hold(measured.size)
+            key = key if key is not None else f"sha256:{measured.digest}"
+            return await state.store.ingest_metrics(run["seq"], key, batches, measured.digest)
+        upload = await _surveyed(state, run, "metrics", key, ticket, body, encoding, False)
         if upload.prior is not None:
             return upload.prior
-        chunks: Iterable[tuple[int, Batch]] | None = None
-        if state.parsers.takes(upload.size):
-            chunks = await state.parsers.parse(upload.data, upload.encoding, upload.size)
-        if chunks is None:
-            points = state.settings.metric_chunk_points
-            chunks = whole_chunks(upload_batches(upload.data, upload.encoding, points), points)
+        points = state.settings.metric_chunk_points
+        chunks = whole_chunks(upload_batches(body, encoding, points), points)
         return await state.store.ingest_metrics(run["seq"], upload.key, chunks, upload.digest)
 
 
@@ -164,25 +170,32 @@ def decode_limits(settings: ServerSettings) -> DecodeLimits:
 
 
 async def receive(
+    state: ServerState, request: Request, run: RunRow, kind: str, key: str | None, ticket: Ticket
+) -> Upload:
+    """Read and decode an NDJSON upload (see _surveyed)."""
+    body = await read_body(request, state.settings.max_body_bytes, ticket)
+    encoding = request.headers.get("content-encoding")
+    return await _surveyed(state, run, kind, key, ticket, body, encoding, True)
+
+
+async def _surveyed(
     state: ServerState,
-    request: Request,
     run: RunRow,
     kind: str,
     key: str | None,
     ticket: Ticket,
-    decoded: bool = True,
+    body: bytes,
+    encoding: str | None,
+    decoded: bool,
 ) -> Upload:
     """
-    Read and decode an NDJSON upload. The decoded body is surveyed first (body.survey: its
-    bounds and its digest, with a bounded window of memory), so a bomb or a replay is answered
-    before anything is decoded into memory; a body within bounds counts its decoded bytes
-    against the in-flight budget, then is decoded (unless `decoded` is False: the caller
-    decodes it as a stream). A known key with another body is 422.
+    An upload's body surveyed (body.survey: its bounds and its digest, with a bounded window
+    of memory), so a bomb or a replay is answered before anything is decoded into memory; a
+    body within bounds counts its decoded bytes against the in-flight budget, then is decoded
+    (unless `decoded` is False: the caller decodes it as a stream). A known key with another
+    body is 422.
     """
-    settings = state.settings
-    body = await read_body(request, settings.max_body_bytes, ticket)
-    encoding = request.headers.get("content-encoding")
-    measured = await run_in_threadpool(survey, body, encoding, decode_limits(settings))
+    measured = await run_in_threadpool(survey, body, encoding, decode_limits(state.settings))
     key = key if key is not None else f"sha256:{measured.digest}"
     prior = await state.store.read(get_receipt, run["seq"], kind, key, measured.digest)
     if prior is not None:

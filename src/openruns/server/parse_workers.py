@@ -8,13 +8,16 @@ batches while this process writes the one before, so the parse runs on another c
 rows of numbers by Arrow's JSON reader (plain_rows, two to three times as fast), any other
 upload by `metric_rows.metric_batches`, the code this process runs.
 
-Which uploads go to a worker: those that decode to MIN_BYTES..MAX_BYTES. Below, the trip costs
-more than the parse; above, the upload streams through this process a chunk at a time as
-before, so its memory follows the chunk, not its size. A worker's batches are held whole until
-they are written, which columns make cheap (8 bytes a value) but loose rows do not (~250 bytes a
-point as Python objects): past MAX_LOOSE_POINTS a worker gives up and the upload streams here.
-A bad line is refused as it would be here (the same 400, nothing stored), and a worker that dies
-costs nothing but the trip: the upload is parsed here, and the next one starts a new pool.
+Which uploads go to a worker: bodies of MIN_BODY_BYTES to MAX_BYTES as sent. The worker
+decodes the body, measuring it as body.survey does (its limits, its digest) in the same pass,
+so an upload is decoded once, off this process. Below, the trip costs more than the parse; a
+body that decodes to more than MAX_BYTES comes back unread at that bound and streams through
+this process a chunk at a time, so its memory follows the chunk, not its size. A worker's
+batches are held whole until they are written, which columns make cheap (8 bytes a value) but
+loose rows do not (~250 bytes a point as Python objects): past MAX_LOOSE_POINTS a worker gives
+up and the upload streams here. A bad body or line is refused as it would be here (the same
+4xx, nothing stored), and a worker that dies costs nothing but the trip: the upload is parsed
+here, and the next one starts a new pool.
 
 The pool starts with the first upload that would go to it, so a server that never gets one
 never starts a process; until its workers are up (their imports take a second or two) uploads
@@ -26,6 +29,7 @@ or when it is gone (SIGKILL): a thread of each watches its parent.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -37,23 +41,26 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import NamedTuple
 
-from .body import decode, stream_objects
+from .body import INFLATED_TOO_LARGE, DecodeLimits, Survey, decode_surveyed, stream_objects
 from .errors import ApiError
 from .metric_rows import Batch, metric_batches, whole_chunks
 from .store.metrics import MetricPoints
 
-__all__ = ["MAX_BYTES", "MAX_LOOSE_POINTS", "MIN_BYTES", "ParseWorkers"]
+__all__ = ["MAX_BYTES", "MAX_LOOSE_POINTS", "MIN_BODY_BYTES", "ParseWorkers"]
 
 logger = logging.getLogger("openruns.server")
 
 MiB = 1024 * 1024
-MIN_BYTES = 256 * 1024
-MAX_BYTES = 32 * MiB
+# A body as sent: ~256 KiB of NDJSON numbers compress to ~64 KiB (zstd, 3.7x in the fleet
+# benchmark's rows), where the trip (pickling, a context switch) starts to cost less than the
+# parse.
+MIN_BODY_BYTES = 64 * 1024
+MAX_BYTES = 32 * MiB  # decoded: a worker's bound
 MAX_LOOSE_POINTS = 100_000
 _GENERAL_POINTS = MAX_LOOSE_POINTS // 2  # a batch of the row-by-row path
 _PARENT_CHECK_S = 1.0
 
-Parsed = list[tuple[int, Batch]]
+Parsed = tuple[Survey, list[tuple[int, Batch]]]
 
 
 class _Refusal(NamedTuple):
@@ -77,10 +84,10 @@ class ParseWorkers:
         self._closed = False
         self._lock = threading.Lock()
 
-    def takes(self, size: int) -> bool:
-        """Whether an upload that decodes to `size` bytes goes to a worker: one of its size
-        starts the pool if there is none, and goes once the workers are up."""
-        if not (self.workers > 0 and MIN_BYTES <= size <= MAX_BYTES):
+    def takes(self, body_bytes: int) -> bool:
+        """Whether an upload whose body is `body_bytes` long as sent goes to a worker: one of
+        its size starts the pool if there is none, and goes once the workers are up."""
+        if not (self.workers > 0 and MIN_BODY_BYTES <= body_bytes <= MAX_BYTES):
             return False
         with self._lock:
             if self._closed:
@@ -114,17 +121,17 @@ class ParseWorkers:
         pool = self._pool
         return list(getattr(pool, "_processes", None) or ()) if pool is not None else []
 
-    async def parse(self, body: bytes, encoding: str | None, size: int) -> Parsed | None:
-        """The batches of an upload (its body as sent, in `encoding`, decoding to `size` bytes
-        as body.survey measured it), parsed by a worker; None when it is for this process to
-        parse (too many loose points, or the worker died). A bad body raises the ApiError this
-        process would raise. Call it once `takes` said so."""
+    async def parse(self, body: bytes, encoding: str | None, limits: DecodeLimits) -> Parsed | None:
+        """An upload (its body as sent, in `encoding`) measured as body.survey measures it
+        within `limits`, and its batches, by a worker; None when it is for this process to
+        parse (past MAX_BYTES decoded, too many loose points, or the worker died). A bad body
+        raises the ApiError this process would raise. Call it once `takes` said so."""
         pool = self._pool
         if pool is None:  # closed, or dropped by a concurrent upload whose worker died
             return None
         loop = asyncio.get_running_loop()
         try:
-            outcome = await loop.run_in_executor(pool, _parse, body, encoding, size)
+            outcome = await loop.run_in_executor(pool, _parse, body, encoding, limits)
         except BrokenProcessPool:
             self._drop(pool)
             return None
@@ -165,24 +172,30 @@ def _exit_with(parent: int) -> None:
     os._exit(0)
 
 
-def _parse(body: bytes, encoding: str | None, size: int) -> Parsed | _Refusal | None:
-    """The upload's batches: plain rows by Arrow's reader (plain_rows), any other upload row
-    by row (metric_rows), which refuses a bad one. The batches are held whole anyway, so plain
-    rows are not cut into the server's `metric_chunk_points` (an upload of `size` bytes holds
-    fewer points than that): each run of alike rows is one batch, and its 4096-step chunks are
-    written once. Cut into batches of 50,000 points, a 10,000-row upload of 20 metrics was
-    written as four, each rewriting the chunk the one before had begun: twice the write. The
-    row-by-row path still yields its loose points every _GENERAL_POINTS, so a worker gives up
-    on them (MAX_LOOSE_POINTS) before it holds more; its columns are regrouped at chunk ends.
+def _parse(body: bytes, encoding: str | None, limits: DecodeLimits) -> Parsed | _Refusal | None:
+    """The upload measured (body.decode_surveyed: the server's limits, capped at MAX_BYTES)
+    and its batches: plain rows by Arrow's reader (plain_rows), any other upload row by row
+    (metric_rows), which refuses a bad one. None: past MAX_BYTES, or MAX_LOOSE_POINTS.
+
+    The batches are held whole anyway, so plain rows are not cut into the server's
+    `metric_chunk_points` (an upload held here holds fewer points than that): each run of
+    alike rows is one batch, and its 4096-step chunks are written once. Cut into batches of
+    50,000 points, a 10,000-row upload of 20 metrics was written as four, each rewriting the
+    chunk the one before had begun: twice the write. The row-by-row path still yields its
+    loose points every _GENERAL_POINTS, so a worker gives up on them (MAX_LOOSE_POINTS) before
+    it holds more; its columns are regrouped at chunk ends.
     """
     # Arrow is imported here, in the worker: the server would hold its ~35 MB for nothing.
     from .plain_rows import plain_batches
 
-    batches: Parsed = []
+    batches: list[tuple[int, Batch]] = []
     loose = 0
+    capped = limits.max_bytes > MAX_BYTES
     try:
-        data = decode(body, encoding, size)
-        parsed: Iterable[tuple[int, Batch]] | None = plain_batches(data, size)
+        if capped:
+            limits = dataclasses.replace(limits, max_bytes=MAX_BYTES)
+        data, measured = decode_surveyed(body, encoding, limits)
+        parsed: Iterable[tuple[int, Batch]] | None = plain_batches(data, measured.size)
         if parsed is None:
             general = metric_batches(stream_objects((data,)), _GENERAL_POINTS)
             parsed = whole_chunks(general, _GENERAL_POINTS)
@@ -193,6 +206,8 @@ def _parse(body: bytes, encoding: str | None, size: int) -> Parsed | _Refusal | 
                     return None
             batches.append((rows, batch))
     except ApiError as exc:
+        if capped and exc.code == INFLATED_TOO_LARGE:
+            return None  # within the server's limit: streamed there
         headers = dict(exc.headers) if exc.headers else None
         return _Refusal(exc.status_code, exc.code, exc.message, headers)
-    return batches
+    return measured, batches
