@@ -269,6 +269,10 @@ metric_chunks = Table(
     Column("steps", LargeBinary, nullable=False),
     Column("vals", LargeBinary, nullable=False),
     Column("times", LargeBinary),
+    # A chart read's extent (metric_chunks.extent) reads a key's chunk summaries: from this
+    # index alone, a key's entries side by side, not from each chunk's row, wherever its
+    # upload put it (migration 0022).
+    Index("ix_metric_chunks_extent", "key_id", "chunk", "count", "first_step", "last_step"),
 )
 
 metric_time_points = Table(
