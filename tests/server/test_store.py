@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import math
 import os
 import sqlite3
 import threading
@@ -82,6 +83,26 @@ def test_downsampled_series_matches_brute_force(store, case):
     assert 0 < len(got["step"]) <= max_points
     assert got["step"] == sorted(set(got["step"])) and got["step"][-1] == points[-1][0]
     assert_buckets(got, points)
+
+
+def test_a_read_ending_inside_a_block_takes_it_whole_only_when_nothing_of_it_is_past_the_end(
+    store,
+):
+    """A downsampled read covers its range with stored blocks; the block its last step falls
+    in is taken whole when none of its points lies past that step (a read up to the series'
+    last point), else its points up to that step come from the level below."""
+    run_seq = next(_runs)
+    truth = {s: math.sin(s / 97) * 100 + (s % 13) for s in range(10_000)}
+    store.db.write_sync(
+        metric_sql.write_points, run_seq, {("m", s): (v, None) for s, v in truth.items()}
+    )
+    # 256-step blocks serve both reads; step 5000 falls in block 19 (4864..5119).
+    for hi in (5_000, 5_119, 9_999, metric_sql.MAX_STEP):
+        points = sorted((s, v) for s, v in truth.items() if s <= hi)
+        series, downsampled = store.db.read_sync(metric_sql.series, run_seq, ["m"], 0, hi, 20)
+        assert downsampled
+        assert series["m"]["step"][-1] == points[-1][0]
+        assert_buckets(series["m"], points)
 
 
 def test_key_stats_and_merge(store):
