@@ -102,8 +102,9 @@ def decode_surveyed(
     body: bytes, encoding: str | None, limits: DecodeLimits
 ) -> tuple[bytes, Survey]:
     """The body decoded and measured in one pass, as `survey` measures it (the same refusals,
-    as soon as a limit is passed): memory up to `limits.max_bytes` and a piece, not the
-    window of `survey` (a parse worker, whose bound is small, decodes once this way)."""
+    as soon as a limit is passed). Its memory is not the window of `survey`: the pieces, up to
+    `limits.max_bytes` and one more, and while they are joined a second copy (a parse worker,
+    whose bound is 32 MiB, decodes once this way)."""
     kept: list[bytes] = []
     measured = _measure(body, encoding, limits, kept)
     return (kept[0] if len(kept) == 1 else b"".join(kept)), measured
