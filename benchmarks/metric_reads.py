@@ -24,8 +24,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from openruns.server.store import Store, alerts
+from openruns.server.store import Store, alerts, metric_key_ids, metric_reads
 from openruns.server.store import metrics as metric_sql
+from openruns.spec import MAX_STEP
 
 
 def timed(label: str, repeats: int, fn: Callable[[], Any]) -> None:
@@ -63,29 +64,29 @@ def main() -> None:
         cpu = time.process_time() - begin
         print(f"write: {cpu / (args.steps * args.keys) * 1e6:.2f} CPU-us per value", flush=True)
         key = names[0]
-        key_id = store.db.read_sync(metric_sql.key_ids, 1, [key], False)[key]
+        key_id = store.db.read_sync(metric_key_ids.key_ids, 1, [key], False)[key]
         steps = args.steps
         zoom = (steps // 2, steps // 2 + steps // 10 - 1)
         read = store.db.read_sync
         timed("chart, whole range", args.repeats,
-              lambda: read(metric_sql.series, 1, [key], 0, metric_sql.MAX_STEP, 1000))  # fmt: skip
+              lambda: read(metric_reads.series, 1, [key], 0, MAX_STEP, 1000))  # fmt: skip
         timed("chart, 10 % zoom", args.repeats,
-              lambda: read(metric_sql.series, 1, [key], *zoom, 1000))  # fmt: skip
+              lambda: read(metric_reads.series, 1, [key], *zoom, 1000))  # fmt: skip
         timed("full resolution, 1,000 steps", args.repeats,
-              lambda: read(metric_sql.series, 1, [key], steps // 3 + 7, steps // 3 + 1006,
+              lambda: read(metric_reads.series, 1, [key], steps // 3 + 7, steps // 3 + 1006,
                            0))  # fmt: skip
         timed("export page of 50,000", args.repeats,
-              lambda: read(metric_sql.points_page, key_id, steps // 4, 50_000))  # fmt: skip
+              lambda: read(metric_reads.points_page, key_id, steps // 4, 50_000))  # fmt: skip
 
         def export() -> None:
             after = -1
-            while page := read(metric_sql.points_page, key_id, after, 50_000):
+            while page := read(metric_reads.points_page, key_id, after, 50_000):
                 after = page[-1][0]
 
         timed("export of the key", max(3, args.repeats // 10), export)
         timed("newest 20 points", args.repeats,
               lambda: read(alerts.recent_points, 1, [key], 20))  # fmt: skip
-        timed("key stats", args.repeats, lambda: read(metric_sql.step_key_stats, 1))
+        timed("key stats", args.repeats, lambda: read(metric_reads.step_key_stats, 1))
         store.close()
     print(f"load at the end {os.getloadavg()}")
 

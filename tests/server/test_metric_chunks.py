@@ -16,7 +16,7 @@ from sqlalchemy import func, insert, select, text
 
 from openruns.server.errors import ApiError
 from openruns.server.metric_rows import metric_batches
-from openruns.server.store import alerts, metric_chunks, timeline
+from openruns.server.store import alerts, metric_chunks, metric_key_ids, metric_reads, timeline
 from openruns.server.store import metrics as metric_sql
 from openruns.server.store.schema import BLOCK_SIZES, metric_blocks, metric_keys, metric_points
 from openruns.server.store.schema import metric_chunks as chunks
@@ -67,10 +67,10 @@ def layout(store, run_seq, name):
 
 def everything(store, run_seq, name, page=1000):
     """{step: (value, ts)} of a key read back by export pages."""
-    key_id = store.db.read_sync(metric_sql.key_ids, run_seq, [name], False)[name]
+    key_id = store.db.read_sync(metric_key_ids.key_ids, run_seq, [name], False)[name]
     out: dict[int, tuple[float, float | None]] = {}
     after = -1
-    while batch := store.db.read_sync(metric_sql.points_page, key_id, after, page):
+    while batch := store.db.read_sync(metric_reads.points_page, key_id, after, page):
         steps = [s for s, _, _ in batch]
         assert steps == sorted(steps) and steps[0] > after and not set(steps) & set(out)
         out.update((s, (v, ts)) for s, v, ts in batch)
@@ -85,19 +85,19 @@ def check_reads(store, run_seq, name, truth):
     assert everything(store, run_seq, name, page=max(7, len(truth) // 20)) == truth
     steps = sorted(truth)
     series, downsampled = store.db.read_sync(
-        metric_sql.series, run_seq, [name], 0, metric_sql.MAX_STEP, 0
+        metric_reads.series, run_seq, [name], 0, metric_sql.MAX_STEP, 0
     )
     assert not downsampled
     assert series[name]["step"] == steps
     assert series[name]["value"] == [truth[s][0] for s in steps]
     # A range cut inside chunks: the edges read from the columns.
     lo, hi = steps[len(steps) // 3], steps[2 * len(steps) // 3]
-    inside, _ = store.db.read_sync(metric_sql.series, run_seq, [name], lo, hi, 0)
+    inside, _ = store.db.read_sync(metric_reads.series, run_seq, [name], lo, hi, 0)
     assert inside[name]["step"] == [s for s in steps if lo <= s <= hi]
     for max_points in (1, 7, 100, 999):
         check_downsampled(store, run_seq, name, truth, 0, metric_sql.MAX_STEP, max_points)
         check_downsampled(store, run_seq, name, truth, lo, hi, max_points)
-    stats = {row["key"]: row for row in store.db.read_sync(metric_sql.step_key_stats, run_seq)}[
+    stats = {row["key"]: row for row in store.db.read_sync(metric_reads.step_key_stats, run_seq)}[
         name
     ]
     assert (stats["count"], stats["last_step"], stats["last_value"]) == (
@@ -114,7 +114,9 @@ def check_reads(store, run_seq, name, truth):
 
 def check_downsampled(store, run_seq, name, truth, lo, hi, max_points):
     points = sorted((s, v) for s, (v, _) in truth.items() if lo <= s <= hi)
-    series, downsampled = store.db.read_sync(metric_sql.series, run_seq, [name], lo, hi, max_points)
+    series, downsampled = store.db.read_sync(
+        metric_reads.series, run_seq, [name], lo, hi, max_points
+    )
     got = series[name]
     if len(points) <= max_points:
         assert not downsampled and got["step"] == [s for s, _ in points]
@@ -129,7 +131,7 @@ def check_blocks(store, run_seq, name, truth):
     rows, never inside a chunk's range (a chunk's are derived from it)."""
 
     def read(conn):
-        key_id = metric_sql.key_ids(conn, run_seq, [name], False)[name]
+        key_id = metric_key_ids.key_ids(conn, run_seq, [name], False)[name]
         b = metric_blocks
         query = select(b.c.level, b.c.block, b.c.count, b.c.min, b.c.max, b.c.last_step,
                        b.c.last_value).where(b.c.key_id == key_id)  # fmt: skip
@@ -187,7 +189,7 @@ def test_the_extent_of_a_range_over_many_chunks_counts_its_edges_and_bounds_the_
     dense = [s for s in range(10 * CHUNK) if s >= CHUNK or s % 3 == 0]  # chunk 0 has gaps
     write(store, run_seq, {("k", s): (float(s), None) for s in dense})
     write(store, run_seq, {("k", s): (1.0, None) for s in (10 * CHUNK + 5, 10 * CHUNK + 9)})
-    key_id = store.db.read_sync(metric_sql.key_ids, run_seq, ["k"], False)["k"]
+    key_id = store.db.read_sync(metric_key_ids.key_ids, run_seq, ["k"], False)["k"]
     points = sorted([*dense, 10 * CHUNK + 5, 10 * CHUNK + 9])
     for lo, hi in [(100, 9 * CHUNK + 7), (0, 20 * CHUNK), (CHUNK + 1, CHUNK + 2), (2, 2), (7, 11)]:
         inside = [s for s in points if lo <= s <= hi]

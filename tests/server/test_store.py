@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from openruns.server.body import decompress
 from openruns.server.errors import ApiError
-from openruns.server.store import LocalBlobStore, Store
+from openruns.server.store import LocalBlobStore, Store, metric_reads
 from openruns.server.store import metrics as metric_sql
 from openruns.server.store.migrate import NewerSchemaError
 from openruns.server.store.schema import metadata
@@ -69,7 +69,9 @@ def test_downsampled_series_matches_brute_force(store, case):
         )
         truth.update(batch)
     points = sorted((s, v) for s, v in truth.items() if lo <= s <= hi)
-    series, downsampled = store.db.read_sync(metric_sql.series, run_seq, ["m"], lo, hi, max_points)
+    series, downsampled = store.db.read_sync(
+        metric_reads.series, run_seq, ["m"], lo, hi, max_points
+    )
     if not truth:
         assert series == {}
         return
@@ -99,7 +101,7 @@ def test_a_read_ending_inside_a_block_takes_it_whole_only_when_nothing_of_it_is_
     # 256-step blocks serve both reads; step 5000 falls in block 19 (4864..5119).
     for hi in (5_000, 5_119, 9_999, metric_sql.MAX_STEP):
         points = sorted((s, v) for s, v in truth.items() if s <= hi)
-        series, downsampled = store.db.read_sync(metric_sql.series, run_seq, ["m"], 0, hi, 20)
+        series, downsampled = store.db.read_sync(metric_reads.series, run_seq, ["m"], 0, hi, 20)
         assert downsampled
         assert series["m"]["step"][-1] == points[-1][0]
         assert_buckets(series["m"], points)
@@ -113,14 +115,14 @@ def test_key_stats_and_merge(store):
     store.db.write_sync(
         metric_sql.write_points, run_seq, {("a", 5): (9.0, 1.0), ("b", 3): (2.0, None)}
     )
-    stats = store.db.read_sync(metric_sql.key_stats, run_seq)
+    stats = store.db.read_sync(metric_reads.key_stats, run_seq)
     assert stats == [
         {"key": "a", "label": "a", "axis": "step", "last_step": 69999, "last_ts": None,
          "last_value": 1.0, "count": 70000, "step_metric": None},
         {"key": "b", "label": "b", "axis": "step", "last_step": 3, "last_ts": None,
          "last_value": 2.0, "count": 1, "step_metric": None},
     ]  # fmt: skip
-    series, _ = store.db.read_sync(metric_sql.series, run_seq, ["a"], 4, 6, 0)
+    series, _ = store.db.read_sync(metric_reads.series, run_seq, ["a"], 4, 6, 0)
     assert series["a"]["value"] == [1.0, 9.0, 1.0]
 
 

@@ -40,7 +40,7 @@ from ..annotations import public
 from ..errors import ApiError
 from ..segment_reads import DamagedSegment, Location, RecordReader, WholeBlobs, iter_lines
 from ..state import ServerState
-from ..store import episodes, metric_times, metrics
+from ..store import episodes, metric_key_ids, metric_reads, metric_times
 from ..store.annotations import page as annotations_page
 from ..store.episodes import INDEX_COLUMNS
 from ..store.metrics import is_kind
@@ -204,10 +204,11 @@ async def ndjson_to_the_end(
 async def _metric_pages(
     state: ServerState, seq: int, kind: str | None
 ) -> AsyncIterator[tuple[str, list[tuple[int | None, float, float | None]]]]:
-    keys = [(n, k) for n, k in await state.store.read(metrics.run_keys, seq) if is_kind(n, kind)]
+    known = await state.store.read(metric_key_ids.run_keys, seq)
+    keys = [(n, k) for n, k in known if is_kind(n, kind)]
     for name, key_id in keys:
         after = -1
-        while page := await state.store.read(metrics.points_page, key_id, after, METRICS_PAGE):
+        while page := await state.store.read(metric_reads.points_page, key_id, after, METRICS_PAGE):
             yield name, list(page)
             after = page[-1][0]
     for name, key_id in keys:

@@ -18,7 +18,7 @@ from ..models import (
     RunsMetricKeys,
     RunsMetricSeries,
 )
-from ..store import key_pages, metrics
+from ..store import key_pages, metric_key_ids, metric_reads
 from ..store.key_pages import KeyOrder
 from ..store.metrics import MAX_STEP, is_kind
 from .deps import (
@@ -122,7 +122,7 @@ async def metric_keys(
                 f"this run has {keys} metric keys, more than {MAX_KEYS_UNPAGED} in one answer: "
                 "read them in pages (limit=, cursor=; q= or prefix= to search)",
             )
-        return JSON(await state.store.read(metrics.key_stats, run["seq"]))
+        return JSON(await state.store.read(metric_reads.key_stats, run["seq"]))
     order = order or "name"
     after = decode_cursor(cursor, _KEY_CURSORS[order])
     page = await state.store.read(
@@ -196,12 +196,14 @@ async def metric_series(
             raise _too_many_series(f"this run has {count} metric keys")
     if kind is not None:
         if names is None:
-            names = [name for name, _ in await state.store.read(metrics.run_keys, run["seq"])]
+            known = await state.store.read(metric_key_ids.run_keys, run["seq"])
+            names = [name for name, _ in known]
         names = [n for n in names if is_kind(n, kind)]
     if names is not None and len(names) > MAX_SERIES_KEYS:
         raise _too_many_series(f"{len(names)} keys were asked for")
+    read = metric_reads.series_of_runs
     [answer] = await state.store.read(
-        metrics.series_of_runs, [run["seq"]], names, step_min, step_max, ts_min, ts_max, max_points
+        read, [run["seq"]], names, step_min, step_max, ts_min, ts_max, max_points
     )
     return JSON(answer)
 
@@ -231,7 +233,7 @@ async def runs_metric_series(
         raise _too_many_series(f"{len(ids)} runs x {len(names)} keys were asked for")
     seqs = [(await readable_run(state, caller, run_id))["seq"] for run_id in ids]
     answers = await state.store.read(
-        metrics.series_of_runs, seqs, names, step_min, step_max, ts_min, ts_max, max_points
+        metric_reads.series_of_runs, seqs, names, step_min, step_max, ts_min, ts_max, max_points
     )
     return JSON({"runs": dict(zip(ids, answers, strict=True))})
 

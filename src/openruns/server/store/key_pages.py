@@ -9,7 +9,7 @@ offset), filtered by a substring (`q`, any case) or a prefix (exact), in one of 
   time and indexed; keys with only time-keyed rows last), then by name; the cursor the last
   (step, name).
 
-Each key of a page gives the entries `metrics.key_stats` gives it (one per axis, labelled
+Each key of a page gives the entries `metric_reads.key_stats` gives it (one per axis, labelled
 alike), so a key logged both ways never straddles two pages. A key with no points yet (named by
 `define_metric` only) is counted but has no entry: a page may hold fewer entries than keys.
 """
@@ -22,7 +22,7 @@ from typing import Any, Literal
 from sqlalchemy import ColumnElement, Connection, and_, func, literal, or_, select
 
 from . import metric_times
-from .metrics import TIME_KEYED_MARK, step_key_stats
+from .metric_reads import TIME_KEYED_MARK, step_key_stats
 from .schema import metric_keys
 
 __all__ = ["KeyOrder", "KeyPage", "count_keys", "first_pages", "key_page"]
@@ -105,7 +105,7 @@ def _filters(q: str | None, prefix: str | None) -> list[ColumnElement[bool]]:
 
 
 def _entries(conn: Connection, run_seq: int, keys: list[tuple[int, str]]) -> list[dict[str, Any]]:
-    """metrics.key_stats' entries of these keys, in their order (step entry, then time)."""
+    """metric_reads.key_stats' entries of these keys, in their order (step entry, then time)."""
     if not keys:
         return []
     ids = [key_id for key_id, _ in keys]

@@ -5,7 +5,7 @@ one SQL function.
     store = Store.open(settings.sqlalchemy_url(), heartbeat_timeout=300)
     run, created = await store.create_run("team", {"id": ..., "kind": "eval"}, None)
     await store.ingest_metrics(run["seq"], key, [(rows, points)])
-    keys = await store.read(metrics.key_stats, run["seq"])     # one SQL function
+    keys = await store.read(metric_reads.key_stats, run["seq"])     # one SQL function
     store.close()
 
 Every call is one transaction (db.py). The SQL lives in the modules next to this one, one per

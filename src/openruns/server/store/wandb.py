@@ -22,7 +22,7 @@ from sqlalchemy import Connection, and_, or_, select, update
 from ...spec import ConfigSource, RunStatus
 from ..errors import ApiError, bad_request
 from ..logs import MAX_LINE_CHARS
-from . import logs, metric_chunks, metrics, runs
+from . import logs, metric_chunks, metric_key_ids, metrics, runs
 from .metrics import MetricPoints
 from .rows import RunRow
 from .schema import (
@@ -166,7 +166,7 @@ def _store_config(conn: Connection, seq: int, config: ConfigUpdate, team_id: str
             .where(runs_table.c.seq == seq)
             .values(runs.config_columns(source, "config"))
         )
-    known = [name for name, _ in metrics.run_keys(conn, seq)]
+    known = [name for name, _ in metric_key_ids.run_keys(conn, seq)]
     axes = {**glob_step_metrics(config.globs, known), **config.step_metrics}
     if axes:
         metrics.set_step_metrics(conn, seq, dict(axes))
@@ -184,7 +184,7 @@ def _fork(conn: Connection, seq: int, team_id: str, branch: dict[str, Any]) -> N
         raise ApiError(404, "not_found", f"fork_from: no run {parent_id!r} in this entity")
     points = MetricPoints()
     axes: dict[str, str | None] = {}
-    for name, key_id in metrics.run_keys(conn, parent["seq"]):
+    for name, key_id in metric_key_ids.run_keys(conn, parent["seq"]):
         for point_step, value, ts in metric_chunks.read(conn, key_id, 0, int(step)):
             points[(name, int(point_step))] = (value, ts)
     for name, step_metric in conn.execute(
