@@ -13,7 +13,7 @@ from sqlalchemy import Connection, insert, select
 from .schema import metric_keys
 from .sql import among
 
-__all__ = ["key_ids", "run_keys"]
+__all__ = ["key_ids", "known_ids", "run_keys"]
 
 
 def key_ids(conn: Connection, run_seq: int, names: Iterable[str], create: bool) -> dict[str, int]:
@@ -36,3 +36,10 @@ def run_keys(conn: Connection, run_seq: int) -> list[tuple[str, int]]:
     """(name, key id) of every metric key of a run, by name."""
     query = select(metric_keys.c.name, metric_keys.c.id).where(metric_keys.c.run_seq == run_seq)
     return [(name, key_id) for name, key_id in conn.execute(query.order_by(metric_keys.c.name))]
+
+
+def known_ids(conn: Connection, run_seq: int, names: Iterable[str]) -> dict[str, int]:
+    """{name: key id} of those of `names` the run has, in the order asked (each name once)."""
+    wanted = list(names)
+    found = key_ids(conn, run_seq, wanted, create=False)
+    return {n: found[n] for n in dict.fromkeys(wanted) if n in found}

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, and_, bindparam, func, or_, select
 
 from ...spec import MAX_STEP
 from . import metric_chunks, metric_times
-from .metric_key_ids import key_ids
+from .metric_key_ids import known_ids
 from .schema import BLOCK_SIZES, metric_blocks, metric_keys, metric_points
 from .schema import metric_chunks as chunks_table
 from .sql import driver_rows
@@ -119,8 +119,7 @@ def series(
         )
         ids = dict(conn.execute(query.order_by(metric_keys.c.name)).all())
     else:
-        found = key_ids(conn, run_seq, names, create=False)
-        ids = {n: found[n] for n in dict.fromkeys(names) if n in found}
+        ids = known_ids(conn, run_seq, names)
     out: dict[str, dict[str, list[Any]]] = {}
     downsampled = False
     for name, key_id in ids.items():

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, exists, func, select
 
-from .metric_key_ids import key_ids
+from .metric_key_ids import known_ids
 from .schema import metric_keys, metric_time_points
 from .sql import driver_rows
 
@@ -70,8 +70,7 @@ def time_series(
         )
         ids = dict(conn.execute(query.order_by(metric_keys.c.name)).all())
     else:
-        found = key_ids(conn, run_seq, names, create=False)
-        ids = {n: found[n] for n in dict.fromkeys(names) if n in found}
+        ids = known_ids(conn, run_seq, names)
     out: dict[str, dict[str, list[Any]]] = {}
     downsampled = False
     span = {
