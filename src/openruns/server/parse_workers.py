@@ -178,10 +178,11 @@ def _parse(body: bytes, encoding: str | None, limits: DecodeLimits) -> Parsed | 
     (metric_rows), which refuses a bad one. None: past MAX_BYTES, or MAX_LOOSE_POINTS.
 
     The batches are held whole anyway, so plain rows are not cut into the server's
-    `metric_chunk_points` (an upload held here holds fewer points than that): each run of
-    alike rows is one batch, and its 4096-step chunks are written once. Cut into batches of
-    50,000 points, a 10,000-row upload of 20 metrics was written as four, each rewriting the
-    chunk the one before had begun: twice the write. The row-by-row path still yields its
+    `metric_chunk_points` (plain_batches gets the decoded size as its bound: an upload of that
+    many bytes holds fewer points): each run of alike rows is one batch, and its 4096-step
+    chunks are written once. Cut into batches of 50,000 points, a 10,000-row upload of 20
+    metrics was written as four, each rewriting the chunk the one before had begun: twice the
+    write. The row-by-row path still yields its
     loose points every _GENERAL_POINTS, so a worker gives up on them (MAX_LOOSE_POINTS) before
     it holds more; its columns are regrouped at chunk ends.
     """
